@@ -7,8 +7,8 @@ before the scheduler publishes its ranks. ``register`` only registers hooks with
 (see :mod:`kdtree.coverage_record`) when they take effect, which in a scheduler is after
 its ranks are known.
 
-A failure while registering (a bad variable, a target that does not resolve) is reported
-as a ``failed`` record of hook ``plugin-load``. It is emitted when the process builds its
+A failure while registering (a bad variable, a target that does not resolve) is re-raised
+for SGLang to log, and reported as a ``failed`` record of hook ``plugin-load``. It is emitted when the process builds its
 KV allocator, so the record names the rank; with KDTREE_STRICT=1 that construction then
 raises and the server does not start (SGLang itself only logs exceptions raised by a
 plugin's entry point, so raising from here could not stop it).
@@ -91,3 +91,4 @@ def register() -> None:
             HookRegistry.register(REPORT_TARGET, failure, HookType.AFTER)
         except Exception:
             failure.report()  # no later place to report from: say it now, rank unknown
+        raise  # SGLang logs it with its traceback ("Failed to execute general plugin")

@@ -1,0 +1,109 @@
+"""The gate's pytest options, layer markers and shared fixtures (loaded by the root
+conftest.py). Markers themselves are declared in pyproject.toml (``--strict-markers``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pytest
+
+GPU_LAYERS = ("kernel", "graph", "perf", "gpu")
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    endpoint: str | None
+    api_key: str | None = field(repr=False)  # never printed
+    tp_size: int | None
+    server_log: str | None
+    journal_unit: str | None
+    since: str | None
+    status_dir: str | None
+    wait_ready_s: float
+    expect_hooks: tuple[str, ...]
+
+    @property
+    def has_coverage_source(self) -> bool:
+        return bool(self.server_log or self.journal_unit or self.status_dir)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kdtree-gate")
+    group.addoption("--endpoint", default=None,
+                    help="URL of a running server for the live layer (default: start the "
+                         "embedded llama.cpp server)")
+    group.addoption("--api-key", default=os.environ.get("KDTREE_API_KEY"),
+                    help="bearer token for --endpoint (default $KDTREE_API_KEY); never printed")
+    group.addoption("--tp-size", type=int, default=None,
+                    help="tensor-parallel size the coverage check expects (default: from "
+                         "the server's /server_info when --endpoint is given)")
+    group.addoption("--server-log", default=None,
+                    help="server log file to read [kdtree] coverage records from")
+    group.addoption("--journal-unit", default=None,
+                    help="systemd unit whose journal holds the coverage records")
+    group.addoption("--since", default=None,
+                    help="with --journal-unit: passed to journalctl --since")
+    group.addoption("--status-dir", default=None,
+                    help="directory of the plugin's JSON coverage records (KDTREE_STATUS_DIR)")
+    group.addoption("--wait-ready", type=float, default=0.0, metavar="SECONDS",
+                    help="wait up to SECONDS for the server to generate before the live layer")
+    group.addoption("--expect-hooks", default="defrag-sort",
+                    help="comma-separated hooks every rank must report effective "
+                         "(default: defrag-sort)")
+
+
+@pytest.fixture(scope="session")
+def gate_options(pytestconfig: pytest.Config) -> GateOptions:
+    opt = pytestconfig.getoption
+    hooks = tuple(h.strip() for h in opt("--expect-hooks").split(",") if h.strip())
+    if not hooks:
+        raise pytest.UsageError("--expect-hooks must name at least one hook")
+    if opt("--tp-size") is not None and opt("--tp-size") < 1:
+        raise pytest.UsageError(f"--tp-size must be >= 1, got {opt('--tp-size')}")
+    return GateOptions(
+        endpoint=opt("--endpoint"), api_key=opt("--api-key"), tp_size=opt("--tp-size"),
+        server_log=opt("--server-log"), journal_unit=opt("--journal-unit"),
+        since=opt("--since"), status_dir=opt("--status-dir"),
+        wait_ready_s=opt("--wait-ready"), expect_hooks=hooks,
+    )
+
+
+def _cuda_missing_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU on this host (torch.cuda.is_available() is False)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """GPU layers are skipped with the reason when this host has no CUDA GPU: reported
+    as not run, never as passed."""
+    gpu_items = [i for i in items if any(i.get_closest_marker(m) for m in GPU_LAYERS)]
+    if not gpu_items:
+        return
+    reason = _cuda_missing_reason()
+    if reason:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=f"not run: {reason}"))
+
+
+_NOTES_KEY = pytest.StashKey[list]()
+
+
+@pytest.fixture(scope="session")
+def gate_notes(pytestconfig: pytest.Config) -> list[str]:
+    """Lines a layer wants in the run's summary (measured tables): append to this list."""
+    return pytestconfig.stash.setdefault(_NOTES_KEY, [])
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    notes = config.stash.get(_NOTES_KEY, [])
+    if notes:
+        terminalreporter.section("kdtree-gate measurements")
+        for line in notes:
+            terminalreporter.write_line(line)
