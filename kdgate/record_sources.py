@@ -1,7 +1,7 @@
 """Where coverage records come from: a log file, journald, or a status directory.
 
 Each reader returns (records, unreadable): the parsed records in source order, and a
-description of every line/file that carried the ``[kdtree]`` prefix but did not parse.
+description of every line/file that started a record (``[kdtree] event=``) but did not parse.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kdtree.coverage_record import PREFIX, CoverageRecord, RecordFormatError
+from kdtree.coverage_record import MARKER, CoverageRecord, RecordFormatError
 
 
 class RecordSourceError(RuntimeError):
@@ -20,7 +20,7 @@ class RecordSourceError(RuntimeError):
 def parse_lines(lines, origin: str) -> tuple[list[CoverageRecord], list[str]]:
     records, unreadable = [], []
     for number, line in enumerate(lines, 1):
-        if PREFIX not in line:
+        if MARKER not in line:
             continue
         try:
             record = CoverageRecord.from_line(line)

@@ -16,7 +16,7 @@ Wire format, one line, greppable in a server log or journald::
               involves no kernel); ``detail`` free text (the reason, for ``failed``)
 
 Fields appear in this order; values are shell-quoted when they contain spaces or quotes.
-Anything before ``[kdtree]`` on the line (timestamps, ``[TP3]`` prefixes) is ignored.
+A record starts at ``[kdtree] event=``; anything before it on the line (timestamps, ``[TP3]`` prefixes) is ignored.
 The same fields are written as a JSON object when a status directory is configured.
 """
 
@@ -28,6 +28,7 @@ import shlex
 from dataclasses import asdict, dataclass
 
 PREFIX = "[kdtree]"
+MARKER = PREFIX + " event="  # what starts a record (other [kdtree] text is not one)
 EVENTS = ("effective", "failed")
 FIELDS = ("event", "hook", "rank", "tp_size", "pid", "start", "version", "build", "detail")
 UNKNOWN = "?"
@@ -68,9 +69,9 @@ class CoverageRecord:
 
     @classmethod
     def from_line(cls, line: str) -> "CoverageRecord | None":
-        """Parse one log line. None if it carries no ``[kdtree]`` prefix;
-        RecordFormatError if it does but is malformed."""
-        at = line.find(PREFIX)
+        """Parse one log line. None if it holds no record (no ``[kdtree] event=``);
+        RecordFormatError if it starts one but is malformed."""
+        at = line.find(MARKER)
         if at < 0:
             return None
         body = line[at + len(PREFIX):].strip()

@@ -64,5 +64,5 @@ class DefragSortHook:
             self._failure_reported = True
             emit(make_record("failed", HOOK_NAME, f"{name}: {problem}"), self.status_dir)
         if self.strict:
-            raise DefragNotEffective(f"[kdtree] defrag-sort did not take on {name}: {problem}")
+            raise DefragNotEffective(f"kdtree defrag-sort did not take on {name}: {problem}")
         return None

@@ -61,7 +61,7 @@ class LoadFailureReport:
     def __call__(self, result, *args, **kwargs):
         self.report()
         if self.strict:
-            raise PluginLoadFailed(f"[kdtree] plugin failed to load: {self.detail}")
+            raise PluginLoadFailed(f"kdtree plugin failed to load: {self.detail}")
         return None
 
 
