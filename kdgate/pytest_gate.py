@@ -49,6 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="directory of the plugin's JSON coverage records (KDTREE_STATUS_DIR)")
     group.addoption("--wait-ready", type=float, default=0.0, metavar="SECONDS",
                     help="wait up to SECONDS for the server to generate before the live layer")
+    group.addoption("--kernel", default=None, metavar="SPEC",
+                    help="the kernel under test: kdtree (default, the shipped kernel), "
+                         "triton (SGLang's), module:callable or file.py:callable")
     group.addoption("--expect-hooks", default="defrag-sort",
                     help="comma-separated hooks every rank must report effective "
                          "(default: defrag-sort)")
@@ -90,6 +93,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if reason:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=f"not run: {reason}"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker gets its own GPU: worker gwN uses visible device
+    N mod count (CUDA_VISIBLE_DEVICES decides which devices are visible)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests that take ``candidate`` run against the --kernel candidate; its name is in
+    the test id (``[kernel=NAME]``)."""
+    if "candidate" in metafunc.fixturenames:
+        spec = metafunc.config.getoption("--kernel") or "kdtree"
+        metafunc.parametrize("candidate", [spec], ids=[f"kernel={spec}"], indirect=True,
+                             scope="session")
+
+
+@pytest.fixture(scope="session")
+def candidate(request):
+    from kdgate.candidates import resolve
+
+    try:
+        return resolve(request.param)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
+@pytest.fixture(scope="session")
+def cuda_device() -> "torch.device":
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 _NOTES_KEY = pytest.StashKey[list]()

@@ -1,0 +1,57 @@
+"""Deliberately broken kernels: the negative controls that prove the kernel and graph
+layers can fail. Each is a candidate for ``--kernel kdgate.broken_kernels:NAME``.
+
+* ``mask_shift``    the shipped kernel built with KDTREE_FAULT_MASK_SHIFT: reads the tree
+                    mask one column off (an off-by-one in the mask index).
+* ``drop_split``    built with KDTREE_FAULT_DROP_SPLIT: the last KV split never writes its
+                    partial result (the combine reads stale workspace).
+* ``stale_lengths`` the shipped kernel, but under CUDA-graph capture it reads a copy of
+                    the request lengths (kv_indptr) taken at the last eager call, as a kernel
+                    that bakes per-step data into the graph would: eager runs are right,
+                    replays with new lengths read stale ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _variant(defines: tuple[str, ...]):
+    def fwd(*args, **kwargs):
+        from kdtree import verify_op
+
+        op_args = verify_op.op_arguments(*args, **kwargs)
+        (q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
+         mask_indptr, max_len_extend, sm_scale, lse, debug_checks) = op_args
+        verify_op.check_arguments(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr,
+                                  kv_indices, custom_mask, mask_indptr, max_len_extend, sm_scale, lse)
+        verify_op._launch(*op_args, lib=verify_op._library(defines))
+        return True
+
+    fwd.writes_lse = True
+    fwd.static_checks = True
+    return fwd
+
+
+mask_shift = _variant(("KDTREE_FAULT_MASK_SHIFT",))
+drop_split = _variant(("KDTREE_FAULT_DROP_SPLIT",))
+
+_STALE: dict[tuple, torch.Tensor] = {}
+
+
+def stale_lengths(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
+                  kv_indptr, *rest, **kwargs):
+    from kdtree.verify_op import tree_verify_fwd
+
+    key = (tuple(q_extend.shape), kv_indptr.shape[0], kv_indptr.dtype)
+    if torch.cuda.is_current_stream_capturing():
+        lengths = _STALE[key]
+    else:
+        _STALE[key] = kv_indptr.clone()
+        lengths = kv_indptr
+    return tree_verify_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
+                           qo_indptr, lengths, *rest, **kwargs)
+
+
+stale_lengths.writes_lse = True
+stale_lengths.static_checks = True

@@ -1,0 +1,47 @@
+"""A reduced kernel matrix for compute-sanitizer (memcheck, racecheck): every code path
+(split and unsplit, ctx 0, mixed batches, chain without mask, LSE, padded requests,
+debug checks) once, each checked by the parity rule. Exit status 0 only if all pass.
+
+    compute-sanitizer --tool memcheck --error-exitcode 1 python -m kdgate.sanitize_run
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from kdgate.candidates import resolve
+from kdgate.kernel_run import run_case
+from kdgate.verify_inputs import VerifyCase, build_inputs
+
+CASES = (
+    VerifyCase(ctx=(0,), n=4, heads=8, seed=90),
+    VerifyCase(ctx=(1, 65, 300), n=8, heads=16, seed=91, indptr_dtype="int64", mask_dtype="uint8"),
+    VerifyCase(ctx=(5000,), n=16, heads=8, tree="chain", mask_dtype="none", seed=92),
+    VerifyCase(ctx=(200,) * 40, n=4, heads=8, seed=93),      # one split per request
+    VerifyCase(ctx=(3000,), n=33, heads=128, tree="topk", seed=94),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    candidate = resolve(argv[0] if argv else None)
+    device = torch.device("cuda", torch.cuda.current_device())
+    failures = 0
+    for case in CASES:
+        outcome = run_case(candidate, build_inputs(case, device), compare_baseline=False)
+        status = "ok" if outcome.report.passed else "FAIL"
+        failures += not outcome.report.passed
+        print(f"{status} {case.id}: max {outcome.report.max_ulps:.3f} ulp", flush=True)
+    inputs = build_inputs(CASES[1], device)
+    o = inputs.new_output()
+    args, kwargs = inputs.call_args(o)
+    candidate(*args, debug_checks=True, **kwargs) if candidate.debug_checks else candidate(*args, **kwargs)
+    torch.cuda.synchronize()
+    print(f"sanitize_run: {len(CASES) - failures} passed, {failures} failed", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+// The one plain struct the host hands to the device (by value). Every member is 8 bytes
+// wide so the Python (ctypes) mirror in kernels/kdtree/verify_op.py has no padding to
+// get wrong. Keep the two in the same order.
+#pragma once
+#include <cstdint>
+
+namespace kdtree {
+
+struct VerifyParams {
+  // device pointers
+  const void* q;            // [T, H, 576] bf16
+  const void* k_extend;     // [T, 1, 576] bf16: the draft tokens' K
+  const void* v_extend;     // [T, 1, 512] bf16: the draft tokens' V
+  const void* k_buffer;     // [S, 1, 576] bf16: token-major KV cache; V = first 512 dims
+  void* o;                  // [T, H, 512] bf16 (written)
+  float* lse;               // [T, H] fp32 natural-log sum-exp of the scaled scores, or null
+  const void* qo_indptr;    // [bs+1] int32 or int64
+  const void* kv_indptr;    // [bs+1] int32 or int64
+  const int64_t* kv_indices;  // prefix slots
+  const uint8_t* mask;      // flat tree mask (bool or uint8, tested != 0), or null: causal
+  const int64_t* mask_indptr; // [bs+1] int64 (null when mask is null)
+  float* ws_acc;            // [splits, T, H, 512] fp32 partial outputs (splits > 1)
+  float* ws_ml;             // [splits, T, H, 2]  fp32 running max (log2 units) and sum
+  int* error_flag;          // debug mode: bit set per kind of bad index seen (see below)
+  // strides in elements
+  int64_t q_stride_t, q_stride_h;
+  int64_t ke_stride_t, ve_stride_t, kb_stride;
+  int64_t o_stride_t, o_stride_h, lse_stride_t;
+  // bounds: every data-dependent read is clamped to these (no out-of-bounds read, ever)
+  int64_t kv_buffer_rows;   // S
+  int64_t kv_indices_len;
+  int64_t mask_len;
+  // static sizes
+  int64_t qo_is_64, kv_is_64;
+  int64_t bs, heads, n_max, total_tokens;
+  int64_t num_splits, row_blocks;
+  int64_t debug_checks;
+  double scale_log2;        // sm_scale * log2(e)
+};
+
+// error_flag bits (debug mode)
+enum VerifyError : int {
+  kSlotOutOfRange = 1,      // kv_indices value outside [0, S)
+  kIndicesTooShort = 2,     // kv_indptr points past kv_indices
+  kMaskTooShort = 4,        // mask_indptr/lengths point past the mask
+  kBadQoLength = 8,         // a request with < 0 or > max_len_extend draft tokens
+  kBadKvLength = 16,        // a request with a negative prefix length
+  kTokensOutOfRange = 32,   // qo_indptr points past T
+};
+
+}  // namespace kdtree

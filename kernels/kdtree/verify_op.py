@@ -1,0 +1,355 @@
+"""The verify-attention kernel as a torch op, with SGLang's ``extend_attention_fwd`` form.
+
+:func:`tree_verify_fwd` takes exactly the arguments SGLang 0.5.23's MLA target-verify
+path passes to ``extend_attention_fwd`` and writes ``o_extend`` (and ``lse_extend``).
+Argument checks are static (shapes, dtypes, devices, strides) and raise TypeError or
+ValueError naming the argument before anything is launched. With ``debug_checks``
+(or ``KDTREE_DEBUG_CHECKS=1``) the per-request lengths are also checked on the host
+before the launch, and slot indices on the device after it. Without it nothing per-step
+is read on the host and the op is safe to capture in a CUDA graph; the kernel clamps
+every data-dependent read to its tensor either way.
+
+The launch goes through the torch custom op ``torch.ops.kdtree.tree_verify`` (fake
+implementation registered), on the current stream, with a workspace allocated once per
+device and grown only outside graph capture.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+from functools import lru_cache
+
+import torch
+
+HEAD_DIM = 576
+VALUE_DIM = 512
+MAX_HEADS = 128
+MAX_DRAFT = 64
+LOG2E = 1.4426950408889634
+
+_ERROR_BITS = {
+    1: "kv_indices holds slot(s) outside [0, k_buffer.shape[0])",
+    2: "kv_indptr points past the end of kv_indices",
+    4: "custom_mask is too short for mask_indptr and the request lengths",
+    8: "qo_indptr gives a request fewer than 0 or more than max_len_extend draft tokens",
+    16: "kv_indptr gives a request a negative prefix length",
+    32: "qo_indptr points past the end of q_extend",
+}
+
+
+class VerifyParams(ctypes.Structure):
+    """Mirror of kernels/csrc/verify_params.h (same order, every field 8 bytes)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "q", "k_extend", "v_extend", "k_buffer", "o", "lse", "qo_indptr", "kv_indptr",
+        "kv_indices", "mask", "mask_indptr", "ws_acc", "ws_ml", "error_flag")] + [
+        (name, ctypes.c_int64) for name in (
+            "q_stride_t", "q_stride_h", "ke_stride_t", "ve_stride_t", "kb_stride",
+            "o_stride_t", "o_stride_h", "lse_stride_t", "kv_buffer_rows", "kv_indices_len",
+            "mask_len", "qo_is_64", "kv_is_64", "bs", "heads", "n_max", "total_tokens",
+            "num_splits", "row_blocks", "debug_checks")] + [("scale_log2", ctypes.c_double)]
+
+
+@lru_cache(maxsize=None)
+def _library(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+    from kdtree.build import library_path
+
+    lib = ctypes.CDLL(str(library_path(defines)))
+    lib.kdtree_verify_launch.argtypes = [ctypes.POINTER(VerifyParams), ctypes.c_void_p]
+    lib.kdtree_verify_launch.restype = ctypes.c_int
+    lib.kdtree_num_splits.argtypes = [ctypes.c_int64] * 5
+    lib.kdtree_num_splits.restype = ctypes.c_int64
+    lib.kdtree_row_blocks.argtypes = [ctypes.c_int64] * 2
+    lib.kdtree_row_blocks.restype = ctypes.c_int64
+    lib.kdtree_error_string.argtypes = [ctypes.c_int]
+    lib.kdtree_error_string.restype = ctypes.c_char_p
+    return lib
+
+
+def kernel_build_hash() -> str:
+    from kdtree.build import build_hash
+
+    return build_hash()
+
+
+# -- argument checks ------------------------------------------------------------------------
+
+def _tensor(name, t, dtypes, ndim=None):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype {' or '.join(map(str, dtypes))}, got {t.dtype}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+
+
+def _shape(name, t, expected):
+    for axis, want in enumerate(expected):
+        if want is not None and t.shape[axis] != want:
+            raise ValueError(f"{name} must have shape {tuple('*' if w is None else w for w in expected)}"
+                             f", got {tuple(t.shape)} (dimension {axis} is {t.shape[axis]}, expected {want})")
+
+
+def _rows_aligned(name, t):
+    """Last dim contiguous and every row starting on 16 bytes (the kernel's loads)."""
+    if t.stride(-1) != 1:
+        raise ValueError(f"{name} must be contiguous in its last dimension, got strides {t.stride()}")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary")
+    for axis in range(t.dim() - 1):
+        if t.shape[axis] > 1 and (t.stride(axis) * t.element_size()) % 16:
+            raise ValueError(f"{name} stride {t.stride(axis)} along dimension {axis} is not a "
+                             f"multiple of 16 bytes")
+
+
+def check_arguments(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
+                    custom_mask, mask_indptr, max_len_extend, sm_scale, lse=None):
+    """Static checks (no device read). Raises TypeError/ValueError naming the argument."""
+    bf16 = (torch.bfloat16,)
+    _tensor("q_extend", q, bf16, 3)
+    _tensor("k_extend", k_extend, bf16, 3)
+    _tensor("v_extend", v_extend, bf16, 3)
+    _tensor("o_extend", o, bf16, 3)
+    _tensor("k_buffer", k_buffer, bf16, 3)
+    index_types = (torch.int32, torch.int64)
+    _tensor("qo_indptr", qo_indptr, index_types, 1)
+    _tensor("kv_indptr", kv_indptr, index_types, 1)
+    _tensor("kv_indices", kv_indices, (torch.int64,), 1)
+    T, H = q.shape[0], q.shape[1]
+    _shape("q_extend", q, (None, None, HEAD_DIM))
+    if not 1 <= H <= MAX_HEADS:
+        raise ValueError(f"q_extend must have 1 to {MAX_HEADS} heads, got {H}")
+    _shape("k_extend", k_extend, (T, 1, HEAD_DIM))
+    _shape("v_extend", v_extend, (T, 1, VALUE_DIM))
+    _shape("o_extend", o, (T, H, VALUE_DIM))
+    _shape("k_buffer", k_buffer, (None, 1, HEAD_DIM))
+    if k_buffer.shape[0] < 1:
+        raise ValueError("k_buffer must hold at least one slot (slot 0 is the padding slot)")
+    if qo_indptr.shape[0] < 2:
+        raise ValueError(f"qo_indptr must have bs+1 >= 2 entries, got {qo_indptr.shape[0]}")
+    if kv_indptr.shape[0] != qo_indptr.shape[0]:
+        raise ValueError(f"kv_indptr must have as many entries as qo_indptr "
+                         f"({qo_indptr.shape[0]}), got {kv_indptr.shape[0]}")
+    if custom_mask is not None:
+        _tensor("custom_mask", custom_mask, (torch.bool, torch.uint8), 1)
+        if mask_indptr is None:
+            raise ValueError("mask_indptr is required when custom_mask is given")
+        _tensor("mask_indptr", mask_indptr, (torch.int64,), 1)
+        if mask_indptr.shape[0] != qo_indptr.shape[0]:
+            raise ValueError(f"mask_indptr must have as many entries as qo_indptr "
+                             f"({qo_indptr.shape[0]}), got {mask_indptr.shape[0]}")
+    if not isinstance(max_len_extend, int) or isinstance(max_len_extend, bool):
+        raise TypeError(f"max_len_extend must be an int, got {type(max_len_extend).__name__}")
+    if not 1 <= max_len_extend <= MAX_DRAFT:
+        raise ValueError(f"max_len_extend must be in 1..{MAX_DRAFT}, got {max_len_extend}")
+    if not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale) or sm_scale <= 0:
+        raise ValueError(f"sm_scale must be a finite positive number, got {sm_scale!r}")
+    if lse is not None:
+        _tensor("lse_extend", lse, (torch.float32,), 2)
+        _shape("lse_extend", lse, (T, H))
+        if lse.stride(1) != 1:
+            raise ValueError(f"lse_extend must be contiguous in its last dimension, got strides {lse.stride()}")
+    tensors = {"q_extend": q, "k_extend": k_extend, "v_extend": v_extend, "o_extend": o,
+               "k_buffer": k_buffer, "qo_indptr": qo_indptr, "kv_indptr": kv_indptr,
+               "kv_indices": kv_indices, "custom_mask": custom_mask,
+               "mask_indptr": mask_indptr, "lse_extend": lse}
+    device = q.device
+    if device.type != "cuda":
+        raise ValueError(f"q_extend must be on a CUDA device, got {device}")
+    for name, t in tensors.items():
+        if t is not None and t.device != device:
+            raise ValueError(f"{name} must be on {device} like q_extend, got {t.device}")
+    for name in ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer"):
+        _rows_aligned(name, tensors[name])
+    for name in ("qo_indptr", "kv_indptr", "kv_indices", "custom_mask", "mask_indptr"):
+        t = tensors[name]
+        if t is not None and t.stride(0) != 1 and t.shape[0] > 1:
+            raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")
+
+
+def check_lengths(q, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr,
+                  max_len_extend):
+    """Debug-mode checks of the per-request lengths (reads the indptrs on the host)."""
+    qo = qo_indptr.tolist()
+    kv = kv_indptr.tolist()
+    for b in range(len(qo) - 1):
+        n, prefix = qo[b + 1] - qo[b], kv[b + 1] - kv[b]
+        if n < 0 or n > max_len_extend:
+            raise ValueError(f"qo_indptr gives request {b} {n} draft tokens; expected "
+                             f"0..max_len_extend ({max_len_extend})")
+        if prefix < 0:
+            raise ValueError(f"kv_indptr gives request {b} a negative prefix length ({prefix})")
+    if qo[0] < 0 or qo[-1] > q.shape[0]:
+        raise ValueError(f"qo_indptr spans [{qo[0]}, {qo[-1]}), outside q_extend's {q.shape[0]} tokens")
+    if kv[0] < 0 or kv[-1] > kv_indices.shape[0]:
+        raise ValueError(f"kv_indptr spans [{kv[0]}, {kv[-1]}), outside kv_indices' "
+                         f"{kv_indices.shape[0]} entries")
+    if custom_mask is not None:
+        mk = mask_indptr.tolist()
+        for b in range(len(qo) - 1):
+            n, prefix = qo[b + 1] - qo[b], kv[b + 1] - kv[b]
+            need = mk[b] + n * (prefix + n)
+            if mk[b] < 0 or need > custom_mask.shape[0]:
+                raise ValueError(f"custom_mask is too short: request {b} needs entries "
+                                 f"[{mk[b]}, {need}) of {custom_mask.shape[0]}")
+
+
+# -- workspace -----------------------------------------------------------------------------
+
+_WORKSPACE: dict[int, dict[str, torch.Tensor]] = {}
+
+
+def _workspace(device: torch.device, acc_floats: int, ml_floats: int) -> dict[str, torch.Tensor]:
+    """Per-device buffers, allocated once and grown only outside CUDA-graph capture."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ws = _WORKSPACE.get(index)
+    if ws is None or ws["acc"].numel() < acc_floats or ws["ml"].numel() < ml_floats:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("kdtree workspace too small during CUDA-graph capture: call the "
+                               "op once eagerly with the capture's shapes before capturing")
+        old = ws or {}
+        ws = {
+            "acc": torch.empty(max(acc_floats, old.get("acc", torch.empty(0)).numel(), 1),
+                               dtype=torch.float32, device=device),
+            "ml": torch.empty(max(ml_floats, old.get("ml", torch.empty(0)).numel(), 2),
+                              dtype=torch.float32, device=device),
+            "error": torch.zeros(1, dtype=torch.int32, device=device),
+        }
+        _WORKSPACE[index] = ws
+    return ws
+
+
+@lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def workspace_budget_bytes() -> int:
+    return int(os.environ.get("KDTREE_WORKSPACE_MB", "512")) << 20
+
+
+def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tuple[int, int]:
+    """(num_splits, row_blocks) for these static sizes."""
+    lib = lib or _library()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    splits = lib.kdtree_num_splits(bs, heads, n_max, _sm_count(index), workspace_budget_bytes())
+    return int(splits), int(lib.kdtree_row_blocks(heads, n_max))
+
+
+def _ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
+            custom_mask, mask_indptr, max_len_extend, sm_scale, lse, debug_checks, lib=None):
+    lib = lib or _library()
+    bs, T, H = qo_indptr.shape[0] - 1, q.shape[0], q.shape[1]
+    splits, row_blocks = plan(bs, H, max_len_extend, q.device, lib)
+    rows = T * H
+    ws = _workspace(q.device, splits * rows * VALUE_DIM if splits > 1 else 0, splits * rows * 2)
+    if debug_checks:
+        ws["error"].zero_()
+    p = VerifyParams(
+        q=_ptr(q), k_extend=_ptr(k_extend), v_extend=_ptr(v_extend), k_buffer=_ptr(k_buffer),
+        o=_ptr(o), lse=_ptr(lse), qo_indptr=_ptr(qo_indptr), kv_indptr=_ptr(kv_indptr),
+        kv_indices=_ptr(kv_indices), mask=_ptr(custom_mask), mask_indptr=_ptr(mask_indptr),
+        ws_acc=_ptr(ws["acc"]), ws_ml=_ptr(ws["ml"]), error_flag=_ptr(ws["error"]),
+        q_stride_t=q.stride(0), q_stride_h=q.stride(1), ke_stride_t=k_extend.stride(0),
+        ve_stride_t=v_extend.stride(0), kb_stride=k_buffer.stride(0),
+        o_stride_t=o.stride(0), o_stride_h=o.stride(1),
+        lse_stride_t=lse.stride(0) if lse is not None else 0,
+        kv_buffer_rows=k_buffer.shape[0], kv_indices_len=kv_indices.shape[0],
+        mask_len=custom_mask.shape[0] if custom_mask is not None else 0,
+        qo_is_64=int(qo_indptr.dtype == torch.int64), kv_is_64=int(kv_indptr.dtype == torch.int64),
+        bs=bs, heads=H, n_max=max_len_extend, total_tokens=T, num_splits=splits,
+        row_blocks=row_blocks, debug_checks=int(bool(debug_checks)),
+        scale_log2=float(sm_scale) * LOG2E,
+    )
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        code = lib.kdtree_verify_launch(ctypes.byref(p), ctypes.c_void_p(stream))
+    if code != 0:
+        raise RuntimeError(f"kdtree verify launch failed: {lib.kdtree_error_string(code).decode()}")
+    if debug_checks:
+        flags = int(ws["error"].item())
+        problems = [msg for bit, msg in _ERROR_BITS.items() if flags & bit]
+        if problems:
+            raise ValueError("kdtree debug checks: " + "; ".join(problems))
+
+
+@torch.library.custom_op("kdtree::tree_verify", mutates_args=("o", "lse"))
+def tree_verify(q: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tensor, o: torch.Tensor,
+                k_buffer: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
+                kv_indices: torch.Tensor, custom_mask: torch.Tensor | None,
+                mask_indptr: torch.Tensor | None, max_len_extend: int, sm_scale: float,
+                lse: torch.Tensor | None, debug_checks: bool = False) -> None:
+    """Write verify attention into ``o`` (and ``lse``); see the module docstring."""
+    check_arguments(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
+                    custom_mask, mask_indptr, max_len_extend, sm_scale, lse)
+    if debug_checks:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("debug_checks read lengths on the host and cannot run inside "
+                               "CUDA-graph capture")
+        check_lengths(q, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr,
+                      max_len_extend)
+    _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
+            mask_indptr, max_len_extend, sm_scale, lse, debug_checks)
+
+
+@tree_verify.register_fake
+def _tree_verify_fake(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
+                      custom_mask, mask_indptr, max_len_extend, sm_scale, lse,
+                      debug_checks=False) -> None:
+    return None
+
+
+def op_arguments(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
+                 kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr, max_len_extend,
+                 k_scale=1.0, v_scale=1.0, sm_scale=None, logit_cap=0.0,
+                 skip_prefix_custom_mask=True, sliding_window_size=-1, sinks=None,
+                 window_kv_offsets=None, xai_temperature_len=-1, lse_extend=None,
+                 debug_checks=None, **unsupported) -> tuple:
+    """Check the SGLang-form call and return the positional arguments of
+    ``torch.ops.kdtree.tree_verify``. Raises TypeError/ValueError naming the argument."""
+    if unsupported:
+        raise TypeError(f"unsupported argument(s) for the kdtree verify kernel: {sorted(unsupported)}")
+    for name, value, neutral in (("k_scale", k_scale, 1.0), ("v_scale", v_scale, 1.0),
+                                 ("logit_cap", logit_cap, 0.0),
+                                 ("xai_temperature_len", xai_temperature_len, -1)):
+        if value != neutral:
+            raise ValueError(f"{name} must be {neutral} (not supported by the kdtree kernel), got {value!r}")
+    if sliding_window_size not in (-1, 0, None):
+        raise ValueError(f"sliding_window_size must be -1 (no window), got {sliding_window_size!r}")
+    for name, value in (("sinks", sinks), ("window_kv_offsets", window_kv_offsets)):
+        if value is not None:
+            raise ValueError(f"{name} must be None (not supported by the kdtree kernel)")
+    if not skip_prefix_custom_mask:
+        raise ValueError("skip_prefix_custom_mask must be True: prefix columns are always visible")
+    if custom_mask is None and not is_causal:
+        raise ValueError("is_causal must be True when custom_mask is None (a chain)")
+    if not isinstance(v_buffer, torch.Tensor) or not isinstance(k_buffer, torch.Tensor):
+        raise TypeError("k_buffer and v_buffer must be torch.Tensors")
+    if (v_buffer.data_ptr() != k_buffer.data_ptr() or v_buffer.shape[-1] != VALUE_DIM
+            or v_buffer.shape[:-1] != k_buffer.shape[:-1] or v_buffer.stride() != k_buffer.stride()):
+        raise ValueError("v_buffer must be the first 512 dims of k_buffer (the same storage, "
+                         f"k_buffer[..., :512]); got shape {tuple(v_buffer.shape)} strides "
+                         f"{v_buffer.stride()}")
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(HEAD_DIM)
+    if debug_checks is None:
+        debug_checks = os.environ.get("KDTREE_DEBUG_CHECKS", "") == "1"
+    if isinstance(max_len_extend, bool) or not isinstance(max_len_extend, int):
+        raise TypeError(f"max_len_extend must be an int, got {type(max_len_extend).__name__}")
+    return (q_extend, k_extend, v_extend, o_extend, k_buffer, qo_indptr, kv_indptr, kv_indices,
+            custom_mask, mask_indptr, max_len_extend, float(sm_scale), lse_extend,
+            bool(debug_checks))
+
+
+def tree_verify_fwd(*args, **kwargs) -> bool:
+    """Drop-in for SGLang's ``extend_attention_fwd`` in MLA target verify (same positional
+    and keyword form, see :func:`op_arguments`). Writes ``o_extend`` (and ``lse_extend``)
+    and returns True, as SGLang's verify slot expects."""
+    torch.ops.kdtree.tree_verify(*op_arguments(*args, **kwargs))
+    return True

@@ -1,0 +1,31 @@
+"""Kernel layer negative controls: deliberately broken kernels, run through the same
+``--kernel`` path as any candidate, must each be rejected by the layer's own checks."""
+
+import pytest
+import torch
+
+from kdgate.candidates import resolve
+from kdgate.kernel_run import run_case
+from kdgate.verify_inputs import VerifyCase, build_inputs
+
+pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
+
+
+@pytest.mark.parametrize("name, case", [
+    ("mask_shift", VerifyCase(ctx=(100,), n=16, heads=8, boundary=True, seed=41)),
+    ("drop_split", VerifyCase(ctx=(65536,), n=16, heads=8, seed=42)),
+])
+def test_broken_kernel_fails_parity(cuda_device, name, case):
+    broken = resolve(f"kdgate.broken_kernels:{name}")
+    inputs = build_inputs(case, cuda_device)
+    outcome = run_case(broken, inputs, compare_baseline=False)
+    assert not outcome.report.passed, f"{name} passed parity:\n{outcome.report.summary()}"
+
+
+def test_stale_lengths_fails_graph_replay(cuda_device):
+    """Captured once, replayed with new lengths: the stale copy shows as a mismatch."""
+    from suites.graph.graph_harness import replay_matches_eager
+
+    broken = resolve("kdgate.broken_kernels:stale_lengths")
+    ok, detail = replay_matches_eager(broken, cuda_device, seed=43)
+    assert not ok, "stale_lengths replayed like eager: the graph test cannot see stale reads"

@@ -1,0 +1,56 @@
+"""The CUDA sources compile for both targets (sm_90a, sm_120a) on a machine without a
+GPU, and the ctypes mirror of the params struct matches the C layout."""
+
+import ctypes
+import shutil
+import subprocess
+
+import pytest
+
+from kdtree import build
+from kdtree.verify_op import VerifyParams
+
+
+def nvcc_or_skip():
+    try:
+        return build.nvcc_path()
+    except FileNotFoundError as exc:
+        pytest.skip(f"not run: {exc}")
+
+
+@pytest.mark.parametrize("defines", [(), ("KDTREE_FAULT_MASK_SHIFT",), ("KDTREE_FAULT_DROP_SPLIT",)],
+                         ids=["shipped", "fault-mask-shift", "fault-drop-split"])
+def test_kernel_compiles_for_sm90a_and_sm120a(tmp_path, defines):
+    nvcc_or_skip()
+    out = tmp_path / "libkdtree_verify.so"
+    build.compile_library(out, defines=defines)
+    assert out.stat().st_size > 10_000
+    # nvcc fails if either -gencode target fails; where cuobjdump exists, also list them
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump:
+        listing = subprocess.run([cuobjdump, "--list-elf", str(out)], capture_output=True, text=True)
+        assert "sm_90a" in listing.stdout and "sm_120a" in listing.stdout, listing.stdout
+
+
+def test_build_hash_tracks_sources_and_defines():
+    nvcc_or_skip()
+    assert len(build.build_hash()) == 12
+    assert build.build_hash() != build.build_hash(("KDTREE_FAULT_MASK_SHIFT",))
+
+
+def test_params_layout_matches_the_c_struct(tmp_path):
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("not run: g++ not found")
+    names = [name for name, _ in VerifyParams._fields_]
+    program = tmp_path / "layout.cpp"
+    program.write_text(
+        '#include <cstdio>\n#include <cstddef>\n#include "verify_params.h"\n'
+        "int main() {\n"
+        + "".join(f'  std::printf("%zu\\n", offsetof(kdtree::VerifyParams, {n}));\n' for n in names)
+        + '  std::printf("%zu\\n", sizeof(kdtree::VerifyParams));\n}\n')
+    exe = tmp_path / "layout"
+    subprocess.run([cxx, "-std=c++17", f"-I{build.source_dir()}", str(program), "-o", str(exe)], check=True)
+    got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
+    want = [getattr(VerifyParams, n).offset for n in names] + [ctypes.sizeof(VerifyParams)]
+    assert got == want
