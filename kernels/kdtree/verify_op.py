@@ -329,8 +329,9 @@ def op_arguments(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_
         raise ValueError("skip_prefix_custom_mask must be True: prefix columns are always visible")
     if custom_mask is None and not is_causal:
         raise ValueError("is_causal must be True when custom_mask is None (a chain)")
-    if not isinstance(v_buffer, torch.Tensor) or not isinstance(k_buffer, torch.Tensor):
-        raise TypeError("k_buffer and v_buffer must be torch.Tensors")
+    _tensor("k_buffer", k_buffer, (torch.bfloat16,), 3)
+    if not isinstance(v_buffer, torch.Tensor):
+        raise TypeError(f"v_buffer must be a torch.Tensor, got {type(v_buffer).__name__}")
     if (v_buffer.data_ptr() != k_buffer.data_ptr() or v_buffer.shape[-1] != VALUE_DIM
             or v_buffer.shape[:-1] != k_buffer.shape[:-1] or v_buffer.stride() != k_buffer.stride()):
         raise ValueError("v_buffer must be the first 512 dims of k_buffer (the same storage, "

@@ -29,3 +29,22 @@ def test_stale_lengths_fails_graph_replay(cuda_device):
     broken = resolve("kdgate.broken_kernels:stale_lengths")
     ok, detail = replay_matches_eager(broken, cuda_device, seed=43)
     assert not ok, "stale_lengths replayed like eager: the graph test cannot see stale reads"
+
+
+@pytest.mark.parametrize("name, suite, select", [
+    ("mask_shift", "suites/kernel/test_parity.py", "boundary"),
+    ("drop_split", "suites/kernel/test_parity.py", "ctx65536-"),
+    ("stale_lengths", "suites/graph/test_graph_replay.py", "replay_matches"),
+])
+def test_broken_kernel_is_rejected_through_the_kernel_option(name, suite, select):
+    """The same layer run as a user would, ``pytest --kernel kdgate.broken_kernels:NAME``:
+    it must report failures."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pytest", suite, "-q", "-p", "no:cacheprovider",
+                           "-k", select, "--kernel", f"kdgate.broken_kernels:{name}"],
+                          capture_output=True, text=True, timeout=600)
+    tail = done.stdout[-2000:]
+    assert done.returncode == 1 and " failed" in tail, f"{name} was not rejected:\n{tail}"
+    assert f"kernel=kdgate.broken_kernels:{name}" in done.stdout

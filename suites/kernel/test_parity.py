@@ -44,10 +44,11 @@ def test_parity(candidate, cuda_device, case, gate_notes):
     inputs = build_inputs(case, cuda_device)
     outcome = run_case(candidate, inputs)
     rep, base = outcome.report, outcome.baseline
-    gate_notes.append(
-        f"parity {candidate.name} {case.id}: max {rep.max_ulps:.3f} ulp, mean {rep.mean_signed_ulps:+.4f}"
-        + (f" | triton max {base.max_ulps:.3f}, mean {base.mean_signed_ulps:+.4f}" if base else
-           f" | triton: {outcome.baseline_error or 'n/a'}"))
+    def figures(r):
+        return (f"max {r.max_ulps:.3f} p99.9 {r.p999_ulps:.3f} mean {r.mean_signed_ulps:+.4f} "
+                f"unrounded {r.unrounded_max_ulps:.3f}")
+    gate_notes.append(f"parity {candidate.name} {case.id}: {figures(rep)} | triton: "
+                      + (figures(base) if base else outcome.baseline_error or "n/a"))
     assert not outcome.problems(), f"{candidate.name} on {case.id}:\n{rep.summary()}" + (
         f"\ntriton baseline:\n{base.summary()}" if base else "")
     if candidate.writes_lse:
