@@ -21,6 +21,8 @@ class CaseOutcome:
     reference: torch.Tensor
     reference_scale: torch.Tensor
     reference_lse: torch.Tensor
+    chain_baseline: ParityReport | None = None   # SGLang's verify_shared_kv_fwd (chains only)
+    chain_error: str | None = None
 
     def problems(self) -> list[str]:
         out = list(self.report.reasons)
@@ -61,4 +63,18 @@ def run_case(candidate, inputs: VerifyInputs, compare_baseline: bool = True) -> 
             baseline = check_parity(o_base, ref, scale)
         except Exception as exc:  # reported, never silently passed
             baseline_error = f"{type(exc).__name__}: {exc}"
-    return CaseOutcome(report, baseline, baseline_error, out, lse, ref, scale, ref_lse)
+    outcome = CaseOutcome(report, baseline, baseline_error, out, lse, ref, scale, ref_lse)
+    if compare_baseline and inputs.case.tree == "chain":
+        from kdgate.baselines import triton_verify_shared_kv
+
+        o_chain = inputs.new_output()
+        args, kwargs = inputs.call_args(o_chain)
+        try:
+            if triton_verify_shared_kv(*args, **kwargs):
+                torch.cuda.synchronize()
+                outcome.chain_baseline = check_parity(o_chain, ref, scale)
+            else:
+                outcome.chain_error = "declined the shape (returned False)"
+        except Exception as exc:
+            outcome.chain_error = f"{type(exc).__name__}: {exc}"
+    return outcome

@@ -18,13 +18,14 @@ MATRIX = (
     # draft width sweep
     *[VerifyCase(ctx=(4097,), n=n, heads=16, seed=1) for n in (1, 2, 4, 8, 16, 33, 64)],
     # head sweep
-    *[VerifyCase(ctx=(1000,), n=16, heads=h, seed=2) for h in (8, 16, 128)],
+    *[VerifyCase(ctx=(1000,), n=16, heads=h, seed=2) for h in (1, 8, 16, 128)],
     VerifyCase(ctx=(4097,), n=64, heads=128, seed=3),
     # batches with mixed lengths (ctx 0 and long ones together)
     VerifyCase(ctx=(0, 4097, 65), n=16, heads=16, seed=4),
     VerifyCase(ctx=(0, 1, 63, 64, 65, 500, 4097, 16384) * 4, n=8, heads=8, seed=5,
                indptr_dtype="int64", mask_dtype="uint8"),
     VerifyCase(ctx=(131072, 3, 2048), n=16, heads=8, seed=6),
+    VerifyCase(ctx=(0, 131072), n=8, heads=16, seed=12, indptr_dtype="int64"),
     # tree shapes
     *[VerifyCase(ctx=(2048,), n=16, heads=16, tree=t, seed=7) for t in ("chain", "star", "random", "topk")],
     VerifyCase(ctx=(2048,), n=16, heads=16, tree="chain", mask_dtype="none", seed=7),
@@ -47,8 +48,11 @@ def test_parity(candidate, cuda_device, case, gate_notes):
     def figures(r):
         return (f"max {r.max_ulps:.3f} p99.9 {r.p999_ulps:.3f} mean {r.mean_signed_ulps:+.4f} "
                 f"unrounded {r.unrounded_max_ulps:.3f}")
+    chain = outcome.chain_baseline
     gate_notes.append(f"parity {candidate.name} {case.id}: {figures(rep)} | triton: "
-                      + (figures(base) if base else outcome.baseline_error or "n/a"))
+                      + (figures(base) if base else outcome.baseline_error or "n/a")
+                      + (f" | verify_shared_kv: {figures(chain) if chain else outcome.chain_error}"
+                         if case.tree == "chain" else ""))
     assert not outcome.problems(), f"{candidate.name} on {case.id}:\n{rep.summary()}" + (
         f"\ntriton baseline:\n{base.summary()}" if base else "")
     if candidate.writes_lse:
@@ -67,3 +71,20 @@ def test_rows_with_no_visible_key_are_zero(candidate, cuda_device):
     o, _ = run_candidate(candidate, inputs, False)
     assert torch.equal(o[1].float(), torch.zeros_like(o[1].float())), o[1]
     assert not math.isnan(o[0].float().sum().item())
+
+
+def test_padded_requests_are_safe(candidate, cuda_device):
+    """CUDA-graph padding: extra requests with prefix length 1 at slot 0 and an all-true
+    mask block. Their rows are computed from in-bounds reads; the real rows pass parity."""
+    from kdgate.parity import check_parity
+    from kdtree.reference import verify_reference
+
+    inputs = build_inputs(VerifyCase(ctx=(700, 1, 1), n=8, heads=8, seed=13, indptr_dtype="int64",
+                                     mask_dtype="uint8"), cuda_device)
+    inputs.kv_indices[700:] = 0                      # the padding slot
+    start = int(inputs.mask_indptr[1])
+    inputs.custom_mask[start:] = 1                   # all-true blocks, as SGLang pads them
+    out, _ = run_candidate(candidate, inputs, False)
+    ref, scale, _ = verify_reference(*inputs.reference_args())
+    report = check_parity(out, ref, scale)
+    assert report.passed, report.summary()
