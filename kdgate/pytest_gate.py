@@ -95,18 +95,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"not run: {reason}"))
 
 
+def gpu_for_worker(worker: str | None, device_count: int) -> int | None:
+    """The visible CUDA device an xdist worker (``gw0``, ``gw1``, ...) runs on: worker K
+    on device K mod count, so N workers on N GPUs get one GPU each. None outside xdist
+    or without a visible device. CUDA_VISIBLE_DEVICES decides which devices are visible."""
+    if not worker or not worker.startswith("gw") or not worker[2:].isdigit() or device_count < 1:
+        return None
+    return int(worker[2:]) % device_count
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist each worker gets its own GPU: worker gwN uses visible device
-    N mod count (CUDA_VISIBLE_DEVICES decides which devices are visible)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if not worker.startswith("gw"):
+    """Under pytest-xdist each worker gets its own GPU (see gpu_for_worker)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
         return
     try:
         import torch
     except ImportError:
         return
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
+    device = gpu_for_worker(worker, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if device is not None:
+        torch.cuda.set_device(device)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

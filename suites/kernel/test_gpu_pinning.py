@@ -13,8 +13,10 @@ def test_worker_runs_on_its_own_gpu(gate_notes):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
         pytest.skip("not run: not under pytest-xdist (run with -n N to check GPU pinning)")
+    from kdgate.pytest_gate import gpu_for_worker
+
     count = torch.cuda.device_count()
-    want = int(worker[2:]) % count
+    want = gpu_for_worker(worker, count)
     got = torch.cuda.current_device()
     x = torch.ones(4, device="cuda")
     print(f"xdist worker {worker}: cuda:{got} of {count} visible "
