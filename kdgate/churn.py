@@ -19,7 +19,7 @@ import os
 import random
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 import multiprocessing
 
 from kdgate.allocator_driver import AllocatorDriver, make_allocator
@@ -65,9 +65,11 @@ class ChurnResult:
     contiguity: Contiguity
     seconds: float
     plugin_env: dict = field(default_factory=dict)
+    driver: AllocatorDriver | None = field(default=None, repr=False)  # kept live: drain=False
 
     def as_dict(self) -> dict:
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "driver"}
+        out["config"] = asdict(self.config)
         out["contiguity"] = self.contiguity.as_dict()
         return out
 
@@ -83,8 +85,10 @@ class _Live:
     aborts: bool
 
 
-def run_churn(allocator, config: ChurnConfig) -> ChurnResult:
-    """Drive ``allocator`` through the workload of ``config`` and measure contiguity."""
+def run_churn(allocator, config: ChurnConfig, drain: bool = True) -> ChurnResult:
+    """Drive ``allocator`` through the workload of ``config`` and measure contiguity.
+    With ``drain=False`` the requests still running stay live and the result carries the
+    driver, so more allocations can be made in the churned state."""
     rng = random.Random(config.seed)
     driver = AllocatorDriver(allocator)
     running: list[_Live] = []
@@ -146,14 +150,15 @@ def run_churn(allocator, config: ChurnConfig) -> ChurnResult:
         occupancy_sum += driver.live_tokens() / driver.capacity
         steps += 1
     # drain: everything is freed at the end, and the pool must be whole again
-    for r in running:
-        driver.release(r.rid)
+    if drain:
+        for r in running:
+            driver.release(r.rid)
     driver.check_invariants()
     return ChurnResult(
         config=config, allocator=type(allocator).__name__, need_sort=bool(allocator.need_sort),
         calls=driver.calls, mean_occupancy=occupancy_sum / max(steps, 1),
         contiguity=measure_contiguity(measured), seconds=time.perf_counter() - started,
-        **counts,
+        driver=None if drain else driver, **counts,
     )
 
 

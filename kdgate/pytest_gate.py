@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kernel", default=None, metavar="SPEC",
                     help="the kernel under test: kdtree (default, the shipped kernel), "
                          "triton (SGLang's), module:callable or file.py:callable")
+    group.addoption("--fixtures-dir", action="append", default=[], metavar="DIR",
+                    help="extra directory of captured verify calls (manifest.json + "
+                         "safetensors, as written by KDTREE_CAPTURE_DIR); repeatable")
     group.addoption("--expect-hooks", default="defrag-sort",
                     help="comma-separated hooks every rank must report effective "
                          "(default: defrag-sort)")
@@ -118,9 +122,32 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.cuda.set_device(device)
 
 
+SHIPPED_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def fixture_entries(config: pytest.Config) -> list[tuple[Path, str]]:
+    """(directory, capture name) for the shipped fixtures and every --fixtures-dir. A
+    directory whose manifest cannot be read yields one entry named '<manifest>' so the
+    test reports the problem instead of silently collecting nothing."""
+    from kdgate.fixtures import FixtureError, read_manifest
+
+    out = []
+    for directory in [SHIPPED_FIXTURES, *map(Path, config.getoption("--fixtures-dir"))]:
+        try:
+            out += [(directory, e["name"]) for e in read_manifest(directory)["captures"]]
+        except FixtureError:
+            out.append((directory, "<manifest>"))
+    return out
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests that take ``candidate`` run against the --kernel candidate; its name is in
-    the test id (``[kernel=NAME]``)."""
+    the test id (``[kernel=NAME]``). Tests that take ``fixture_entry`` run once per
+    captured verify call."""
+    if "fixture_entry" in metafunc.fixturenames:
+        entries = fixture_entries(metafunc.config)
+        metafunc.parametrize("fixture_entry", entries,
+                             ids=[f"{d.name}/{n}" for d, n in entries])
     if "candidate" in metafunc.fixturenames:
         spec = metafunc.config.getoption("--kernel") or "kdtree"
         metafunc.parametrize("candidate", [spec], ids=[f"kernel={spec}"], indirect=True,

