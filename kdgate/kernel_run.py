@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kdgate.parity import ParityReport, baseline_problem, check_parity
+from kdtree.parity import ParityReport, baseline_problem, check_parity
 from kdgate.verify_inputs import VerifyInputs
 
 

@@ -94,7 +94,7 @@ def generate(spec: CaptureSpec, out_dir: Path) -> dict:
     from safetensors.torch import save_file
 
     from kdgate.allocator_driver import make_allocator
-    from kdgate.bf16 import round_fp64_to_bf16
+    from kdtree.bf16 import round_fp64_to_bf16
     from kdgate.churn import ChurnConfig, run_churn
     from kdgate.draft_tree import grow_tree
     from kdgate.mla_layout import VALUE_DIM, rotation, to_mla

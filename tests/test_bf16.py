@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from kdgate.bf16 import bf16_ordinal, bf16_ulp, round_fp64_to_bf16, ulp_distance
+from kdtree.bf16 import bf16_ordinal, bf16_ulp, round_fp64_to_bf16, ulp_distance
 
 
 def from_bits(*patterns: int) -> torch.Tensor:

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from kdgate.bf16 import round_fp64_to_bf16
-from kdgate.parity import baseline_problem, check_parity
+from kdtree.bf16 import round_fp64_to_bf16
+from kdtree.parity import baseline_problem, check_parity
 
 
 def bf(*values: float) -> torch.Tensor:

@@ -76,7 +76,7 @@ def test_rows_with_no_visible_key_are_zero(candidate, cuda_device):
 def test_padded_requests_are_safe(candidate, cuda_device):
     """CUDA-graph padding: extra requests with prefix length 1 at slot 0 and an all-true
     mask block. Their rows are computed from in-bounds reads; the real rows pass parity."""
-    from kdgate.parity import check_parity
+    from kdtree.parity import check_parity
     from kdtree.reference import verify_reference
 
     inputs = build_inputs(VerifyCase(ctx=(700, 1, 1), n=8, heads=8, seed=13, indptr_dtype="int64",

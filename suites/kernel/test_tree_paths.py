@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from kdgate.bf16 import bf16_ulp
+from kdtree.bf16 import bf16_ulp
 from kdgate.kernel_run import run_candidate
 from kdgate.verify_inputs import VerifyCase, VerifyInputs, build_inputs
 

@@ -1,4 +1,5 @@
-"""The parity rule ("within one bf16 ULP"), DESIGN.md.
+"""The parity rule ("within one bf16 ULP"), DESIGN.md. It ships with the patch (whose
+validate mode applies it on the serving host); the gate imports it from here.
 
 Given a kernel's bf16 output, the fp64 reference on the same bf16 inputs and the fp64
 scale Σ_t p_t·|v_t| per output element:
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kdgate.bf16 import bf16_ulp, round_fp64_to_bf16
+from kdtree.bf16 import bf16_ulp, round_fp64_to_bf16
 
 HISTOGRAM_EDGES = (0.0, 0.125, 0.25, 0.5, 0.75, 1.0, 2.0, 4.0, 16.0, math.inf)
 
