@@ -1,43 +1,22 @@
-"""Captured verify calls on disk: one safetensors file per capture plus manifest.json.
+"""Loading captured verify calls (format: kdtree.fixture_format) for the kernel layer.
 
-A capture holds exactly what one verify call hands the kernel, with the prefix rows
-stored once each (``kv_rows`` at slot ids ``kv_slots``; ``kv_indices`` may repeat a slot
-when requests share a cached prefix), and the fp64 reference beside it:
-
-    q [T, H, 576] bf16, k_extend [T, 1, 576] bf16, v_extend [T, 1, 512] bf16,
-    kv_rows [U, 576] bf16, kv_slots [U] int64, kv_indices [sum P] int64,
-    qo_indptr / kv_indptr [bs+1] int32, custom_mask [sum N(P+N)] uint8,
-    mask_indptr [bs+1] int64, reference_out [T, H, 512] f64, reference_lse [T, H] f64
-
-``manifest.json`` lists every file with its sha256, shapes, sm_scale, the k_buffer size
-S, tree shapes, contexts, the model layer and the provenance of the numbers. Loading
-checks the sha256 first and refuses a file that does not match.
+Loading checks the file's sha256 against manifest.json first and refuses a file that
+does not match; the prefix rows are scattered back into a k_buffer of the recorded size.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-MANIFEST = "manifest.json"
-TENSORS = ("q", "k_extend", "v_extend", "kv_rows", "kv_slots", "kv_indices", "qo_indptr",
-           "kv_indptr", "custom_mask", "mask_indptr", "reference_out", "reference_lse")
+from kdtree.fixture_format import MANIFEST, TENSORS, sha256_of
 
 
 class FixtureError(ValueError):
     """A fixture that is missing, altered (sha256 mismatch) or malformed."""
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_manifest(directory: str | Path) -> dict:

@@ -17,7 +17,6 @@ computed on the bf16 inputs. Single-threaded CPU math, so the files are reproduc
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -25,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from kdgate.fixtures import MANIFEST, read_manifest, sha256_of
+from kdgate.fixtures import read_manifest
+from kdtree.fixture_format import MANIFEST, save_capture, sha256_of, write_manifest
 
 ROTATION_SEED = 576_2026
 CHURN = dict(page_size=1, pool_tokens=262_144, operations=10_000, measure_requests=1)
@@ -91,8 +91,6 @@ def prompt_tokens(tok, spec: RequestSpec, shared_with: RequestSpec | None = None
 
 def generate(spec: CaptureSpec, out_dir: Path) -> dict:
     """Build one capture, write it to ``out_dir``, return its manifest entry."""
-    from safetensors.torch import save_file
-
     from kdgate.allocator_driver import make_allocator
     from kdtree.bf16 import round_fp64_to_bf16
     from kdgate.churn import ChurnConfig, run_churn
@@ -191,15 +189,11 @@ def generate(spec: CaptureSpec, out_dir: Path) -> dict:
     tensors["reference_out"] = out.contiguous()
     tensors["reference_lse"] = lse.contiguous()
 
-    path = out_dir / f"{spec.name}.safetensors"
-    save_file(tensors, str(path))
     gguf = gguf_path()
-    return {
-        "name": spec.name, "file": path.name, "sha256": sha256_of(path), "bytes": path.stat().st_size,
+    return save_capture(out_dir, spec.name, tensors, {
         "layer": layer, "max_len_extend": n, "bs": len(spec.requests),
         "ctx": [len(p) for p in prompts], "shared_prefix": shared, "sm_scale": sm_scale,
         "heads": model.config.heads, "kv_buffer_rows": churn.pool_tokens + 1,
-        "shapes": {k: list(v.shape) for k, v in tensors.items()},
         "trees": [t.shape() for t in trees], "parents": [t.parents for t in trees],
         "draft_tokens": [t.tokens for t in trees],
         "prompts": [asdict(r) for r in spec.requests], "topk": spec.topk,
@@ -213,7 +207,7 @@ def generate(spec: CaptureSpec, out_dir: Path) -> dict:
             "reference": "kdtree.reference.verify_reference in fp64 on the bf16 inputs",
             "generator_version": GENERATOR_VERSION,
         },
-    }
+    })
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
 
     args.dir.mkdir(parents=True, exist_ok=True)
-    manifest_path = args.dir / MANIFEST
-    existing = read_manifest(args.dir)["captures"] if manifest_path.is_file() else []
+    existing = read_manifest(args.dir)["captures"] if (args.dir / MANIFEST).is_file() else []
     entries = {e["name"]: e for e in existing}
     for spec in specs:
         target = args.dir / f"{spec.name}.safetensors"
@@ -257,8 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         entries[spec.name] = generate(spec, args.dir)
         print(f"wrote {target} ({entries[spec.name]['bytes'] / 1e6:.2f} MB)", flush=True)
-    ordered = [entries[s.name] for s in SPECS if s.name in entries]
-    manifest_path.write_text(json.dumps({"format": 1, "captures": ordered}, indent=1) + "\n")
+    write_manifest(args.dir, [entries[s.name] for s in SPECS if s.name in entries])
     return 0
 
 

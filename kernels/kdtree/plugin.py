@@ -20,7 +20,7 @@ import os
 import pkgutil
 from pathlib import Path
 
-from kdtree import defrag
+from kdtree import defrag, verify_override
 from kdtree.coverage_emitter import emit, make_record, start_id
 from kdtree.settings import Settings, strict_requested
 
@@ -83,6 +83,17 @@ def register() -> None:
             hook = defrag.DefragSortHook(settings.strict, settings.status_dir)
             for target in defrag.TARGETS:
                 HookRegistry.register(target, hook, HookType.AFTER)
+        if settings.verify != "off":
+            _resolve_owner(verify_override.TARGET)
+            capture = None
+            if settings.capture_dir is not None:
+                from kdtree.capture import CaptureWriter
+
+                capture = CaptureWriter(settings.capture_dir, settings.capture_max,
+                                        settings.capture_every, settings.verify)
+            HookRegistry.register(verify_override.TARGET, verify_override.VerifyOverride(
+                settings.verify, settings.strict, settings.status_dir, capture,
+                settings.validate_log_seconds), HookType.AFTER)
     except Exception as exc:
         failure = LoadFailureReport(f"{type(exc).__name__}: {exc}", strict_requested(),
                                     _status_dir_from_env())
