@@ -48,7 +48,9 @@ class StaticBatch:
         cap.mask_indptr.copy_(torch.tensor(starts, device=device))
 
 
-def replay_matches_eager(candidate, device, seed: int = 0, graphs: int = 1) -> tuple[bool, str]:
+def replay_matches_eager(candidate, device, seed: int = 0, boundary: bool = False) -> tuple[bool, str]:
+    """Capture ``candidate`` at capacity, then for two new batches (boundary-dominant
+    drafts if asked) compare a replay with an eager call, bitwise, on the real rows."""
     batch = StaticBatch(device)
     args, kwargs = batch.inputs.call_args(batch.o)
     candidate(*args, **kwargs)  # warm-up: one-time setup happens outside capture
@@ -57,9 +59,9 @@ def replay_matches_eager(candidate, device, seed: int = 0, graphs: int = 1) -> t
     with torch.cuda.graph(graph):
         candidate(*args, **kwargs)
     steps = [VerifyCase(ctx=(100, 5000), n=16, heads=8, tree="topk", indptr_dtype="int64",
-                        mask_dtype="uint8", seed=seed + 1),
+                        mask_dtype="uint8", seed=seed + 1, boundary=boundary),
              VerifyCase(ctx=(4000, 0, 37), n=16, heads=8, tree="star", indptr_dtype="int64",
-                        mask_dtype="uint8", seed=seed + 2)]
+                        mask_dtype="uint8", seed=seed + 2, boundary=boundary)]
     for step in steps:
         batch.load(step, device)
         batch.o.fill_(float("nan"))

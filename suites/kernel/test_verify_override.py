@@ -101,7 +101,7 @@ def test_slot_inside_cuda_graph(cuda_device, mode):
 def test_validate_in_graph_sees_a_broken_kernel(cuda_device):
     broken = resolve("kdgate.broken_kernels:mask_shift").fn
     slot = VerifySlot("validate", sglang_extend, kernel=broken)
-    replay_matches_eager(slot, cuda_device, seed=104)
+    replay_matches_eager(slot, cuda_device, seed=104, boundary=True)
     slot.validator.report_graph_stat()
     worst = slot.validator.graph_worst
     assert worst > 2.0, f"the broken kernel went unnoticed in the graph ({worst} ulp)"
