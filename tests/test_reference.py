@@ -69,3 +69,16 @@ def test_tree_shapes():
     assert all(0 <= p < i for i, p in enumerate(parents) if i)
     mask = ancestor_mask(parents)
     assert torch.equal(mask, mask.tril()) and mask.diagonal().all() and mask[:, 0].all()
+
+
+def test_is_causal_hides_later_drafts_even_where_the_mask_is_set():
+    """CUDA-graph padding blocks are all-true; with is_causal a draft still sees only
+    itself and earlier drafts (as SGLang's Triton kernel does)."""
+    inputs = build_inputs(VerifyCase(ctx=(3,), n=4, heads=2, tree="star", seed=5), "cpu")
+    inputs.custom_mask[:] = True
+    causal, _, _ = verify_reference(*inputs.reference_args())
+    full, _, _ = verify_reference(*inputs.reference_args(), is_causal=False)
+    chain = build_inputs(VerifyCase(ctx=(3,), n=4, heads=2, tree="chain", seed=5), "cpu")
+    chain_out, _, _ = verify_reference(*chain.reference_args())
+    assert torch.equal(causal, chain_out)
+    assert not torch.equal(causal[:3], full[:3]) and torch.equal(causal[3], full[3])

@@ -35,6 +35,7 @@ struct VerifyParams {
   int64_t bs, heads, n_max, total_tokens;
   int64_t num_splits, row_blocks;
   int64_t debug_checks;
+  int64_t causal;           // is_causal: a draft never sees a later draft, whatever the mask says
   double scale_log2;        // sm_scale * log2(e)
 };
 

@@ -4,7 +4,8 @@ Same semantics as the kernel: for request b with prefix length P and N draft tok
 row (draft i, head h) attends to every prefix slot ``kv_indices[kv_indptr[b] + j]`` of
 ``k_buffer`` and to draft d (K from ``k_extend``, V from ``v_extend`` at row
 ``qo_indptr[b] + d``) where ``custom_mask[mask_indptr[b] + i*(P+N) + P + d] != 0`` (no
-mask: d <= i). Scores are ``sm_scale * q.k`` over 576 dims; V is the first 512 dims of
+mask: d <= i). With ``is_causal`` (SGLang's verify passes True) a draft never sees a
+later one even where the mask is set. Scores are ``sm_scale * q.k`` over 576 dims; V is the first 512 dims of
 the key row (prefix) or ``v_extend`` (drafts). Computed in fp64 on the bf16 inputs.
 
 Returns fp64 ``out`` [T, H, 512], ``scale`` = Σ p·|v| [T, H, 512] (what the parity rule
@@ -20,7 +21,8 @@ VALUE_DIM = 512
 
 
 def verify_reference(q, k_extend, v_extend, k_buffer, qo_indptr, kv_indptr, kv_indices,
-                     custom_mask, mask_indptr, sm_scale: float, *, max_chunk_bytes: int = 1 << 29):
+                     custom_mask, mask_indptr, sm_scale: float, *, is_causal: bool = True,
+                     max_chunk_bytes: int = 1 << 29):
     """fp64 reference on the device of ``q``; see the module docstring."""
     device = q.device
     T, H, _ = q.shape
@@ -44,6 +46,8 @@ def verify_reference(q, k_extend, v_extend, k_buffer, qo_indptr, kv_indptr, kv_i
         if custom_mask is not None:
             block = custom_mask[mk[b]:mk[b] + n * length].to(device).reshape(n, length)
             visible[:, prefix:] = block[:, prefix:] != 0
+            if is_causal:
+                visible[:, prefix:] &= torch.ones(n, n, dtype=torch.bool, device=device).tril()
         else:
             visible[:, prefix:] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
         queries = q[q0:q0 + n].double()                                # [n, H, 576]

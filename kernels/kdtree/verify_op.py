@@ -49,7 +49,7 @@ class VerifyParams(ctypes.Structure):
             "q_stride_t", "q_stride_h", "ke_stride_t", "ve_stride_t", "kb_stride",
             "o_stride_t", "o_stride_h", "lse_stride_t", "kv_buffer_rows", "kv_indices_len",
             "mask_len", "qo_is_64", "kv_is_64", "bs", "heads", "n_max", "total_tokens",
-            "num_splits", "row_blocks", "debug_checks")] + [("scale_log2", ctypes.c_double)]
+            "num_splits", "row_blocks", "debug_checks", "causal")] + [("scale_log2", ctypes.c_double)]
 
 
 @lru_cache(maxsize=None)
@@ -243,7 +243,8 @@ def _ptr(t):
 
 
 def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
-            custom_mask, mask_indptr, max_len_extend, sm_scale, lse, debug_checks, lib=None):
+            custom_mask, mask_indptr, max_len_extend, sm_scale, lse, debug_checks, is_causal=True,
+            lib=None):
     lib = lib or _library()
     bs, T, H = qo_indptr.shape[0] - 1, q.shape[0], q.shape[1]
     splits, row_blocks = plan(bs, H, max_len_extend, q.device, lib)
@@ -264,7 +265,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
         mask_len=custom_mask.shape[0] if custom_mask is not None else 0,
         qo_is_64=int(qo_indptr.dtype == torch.int64), kv_is_64=int(kv_indptr.dtype == torch.int64),
         bs=bs, heads=H, n_max=max_len_extend, total_tokens=T, num_splits=splits,
-        row_blocks=row_blocks, debug_checks=int(bool(debug_checks)),
+        row_blocks=row_blocks, debug_checks=int(bool(debug_checks)), causal=int(bool(is_causal)),
         scale_log2=float(sm_scale) * LOG2E,
     )
     with torch.cuda.device(q.device):
@@ -284,8 +285,11 @@ def tree_verify(q: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tensor,
                 k_buffer: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
                 kv_indices: torch.Tensor, custom_mask: torch.Tensor | None,
                 mask_indptr: torch.Tensor | None, max_len_extend: int, sm_scale: float,
-                lse: torch.Tensor | None, debug_checks: bool = False) -> None:
-    """Write verify attention into ``o`` (and ``lse``); see the module docstring."""
+                lse: torch.Tensor | None, debug_checks: bool = False, is_causal: bool = True) -> None:
+    """Write verify attention into ``o`` (and ``lse``); see the module docstring. With
+    ``is_causal`` a draft never sees a later draft even where the mask is set (SGLang's
+    Triton kernel bounds its draft loop the same way; real tree masks are lower-triangular,
+    CUDA-graph padding blocks are all-true)."""
     check_arguments(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
                     custom_mask, mask_indptr, max_len_extend, sm_scale, lse)
     if debug_checks:
@@ -295,13 +299,13 @@ def tree_verify(q: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tensor,
         check_lengths(q, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr,
                       max_len_extend)
     _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
-            mask_indptr, max_len_extend, sm_scale, lse, debug_checks)
+            mask_indptr, max_len_extend, sm_scale, lse, debug_checks, is_causal)
 
 
 @tree_verify.register_fake
 def _tree_verify_fake(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
                       custom_mask, mask_indptr, max_len_extend, sm_scale, lse,
-                      debug_checks=False) -> None:
+                      debug_checks=False, is_causal=True) -> None:
     return None
 
 
@@ -345,7 +349,7 @@ def op_arguments(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_
         raise TypeError(f"max_len_extend must be an int, got {type(max_len_extend).__name__}")
     return (q_extend, k_extend, v_extend, o_extend, k_buffer, qo_indptr, kv_indptr, kv_indices,
             custom_mask, mask_indptr, max_len_extend, float(sm_scale), lse_extend,
-            bool(debug_checks))
+            bool(debug_checks), bool(is_causal))
 
 
 def tree_verify_fwd(*args, **kwargs) -> bool:

@@ -205,7 +205,7 @@ verify_mma_kernel(const VerifyParams p) {
               flag_error(p, kMaskTooShort);
               visible = false;
             } else {
-              visible = p.mask[idx] != 0;
+              visible = p.mask[idx] != 0 && (!p.causal || d <= tok);
             }
           } else {
             visible = d <= tok;  // no mask: a causal chain
