@@ -1,0 +1,159 @@
+"""One client for the servers the live layer judges: SGLang (native ``/generate``,
+``/server_info``, ``/health_generate``) and any OpenAI-compatible completions server
+(``/v1/completions`` with ``logprobs``), such as the embedded llama.cpp server.
+
+Every request has a timeout; nothing is retried once the server is up (a retry would
+hide the failure the gate exists to see). The API key is sent as a bearer token and is
+never printed: it is not part of any repr, message or log line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import requests
+
+
+class ServerError(RuntimeError):
+    """The server refused, failed, answered garbage or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class TokenStep:
+    """One generated token: its id (None where the API gives only text), text, logprob,
+    and the top alternatives as (id or None, text, logprob), best first."""
+    id: int | None
+    text: str
+    logprob: float
+    top: tuple[tuple[int | None, str, float], ...]
+
+    def key(self):
+        return self.id if self.id is not None else self.text
+
+
+@dataclass
+class Generation:
+    prompt_tokens: int
+    steps: list[TokenStep]
+    text: str
+    finish_reason: str | None
+    meta: dict = field(default_factory=dict)   # e.g. SGLang's spec_accept_length
+
+
+class LiveClient:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 300.0):
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint must start with http:// or https://, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self.timeout_s = timeout_s
+        self._session = requests.Session()
+        self._flavor: str | None = None
+
+    def __repr__(self) -> str:
+        return f"LiveClient({self.base_url!r}, api_key={'<set>' if self._api_key else None})"
+
+    # -- transport ----------------------------------------------------------------------
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def _request(self, method: str, path: str, body: dict | None = None,
+                 timeout_s: float | None = None) -> dict:
+        url = self.base_url + path
+        try:
+            response = self._session.request(method, url, json=body, headers=self._headers(),
+                                             timeout=timeout_s or self.timeout_s)
+        except requests.Timeout as exc:
+            raise ServerError(f"{method} {path}: no answer within {timeout_s or self.timeout_s:g}s") from None
+        except requests.ConnectionError as exc:
+            raise ServerError(f"{method} {path}: cannot connect to {self.base_url} "
+                              f"({type(exc).__name__})") from None
+        if response.status_code >= 400:
+            raise ServerError(f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            return response.json()
+        except (json.JSONDecodeError, ValueError):
+            raise ServerError(f"{method} {path}: answer is not JSON: {response.text[:200]!r}") from None
+
+    # -- server facts -------------------------------------------------------------------
+    def flavor(self) -> str:
+        """'sglang' when the server answers SGLang's /server_info, else 'openai'."""
+        if self._flavor is None:
+            try:
+                info = self._request("GET", "/server_info", timeout_s=min(self.timeout_s, 30))
+                self._flavor = "sglang" if isinstance(info, dict) and "tp_size" in info else "openai"
+            except ServerError:
+                self._flavor = "openai"
+        return self._flavor
+
+    def server_info(self) -> dict | None:
+        return self._request("GET", "/server_info") if self.flavor() == "sglang" else None
+
+    def models(self) -> list[str]:
+        data = self._request("GET", "/v1/models").get("data", [])
+        return [m.get("id", "") for m in data if isinstance(m, dict)]
+
+    def identity(self) -> dict:
+        """What a snapshot is pinned to: model, tp_size, backend, speculative settings."""
+        info = self.server_info()
+        if info is not None:
+            keys = ("model_path", "served_model_name", "tp_size", "attention_backend",
+                    "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                    "speculative_num_draft_tokens", "kv_cache_dtype", "page_size")
+            return {"server": "sglang", **{k: info.get(k) for k in keys}}
+        return {"server": "openai-compatible", "model": (self.models() or [""])[0], "tp_size": 1}
+
+    def context_limit(self) -> int | None:
+        info = self.server_info()
+        if info is not None:
+            return info.get("context_length") or info.get("max_req_input_len")
+        return None
+
+    # -- generation ---------------------------------------------------------------------
+    def generate_once(self, max_tokens: int = 1, timeout_s: float | None = None) -> None:
+        """A real one-token generation (readiness)."""
+        self.complete("Hello", max_tokens=max_tokens, top_logprobs=0, timeout_s=timeout_s)
+
+    def complete(self, prompt: str, max_tokens: int, top_logprobs: int = 5,
+                 timeout_s: float | None = None) -> Generation:
+        """Greedy (temperature 0) completion with per-token logprobs and top alternatives."""
+        if self.flavor() == "sglang":
+            return self._sglang_generate(prompt, max_tokens, top_logprobs, timeout_s)
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+                "logprobs": top_logprobs or None, "return_token_ids": True}
+        answer = self._request("POST", "/v1/completions", body, timeout_s)
+        try:
+            choice = answer["choices"][0]
+            lp = choice.get("logprobs") or {}
+            tokens, token_lps = lp.get("tokens") or [], lp.get("token_logprobs") or []
+            tops = lp.get("top_logprobs") or [None] * len(tokens)
+            ids = choice.get("token_ids") or [None] * len(tokens)
+            steps = []
+            for tid, text, logprob, top in zip(ids, tokens, token_lps, tops):
+                alts = sorted(((None, t, float(v)) for t, v in (top or {}).items()), key=lambda a: -a[2])
+                steps.append(TokenStep(tid, text, float(logprob), tuple(alts)))
+            usage = answer.get("usage") or {}
+            return Generation(int(usage.get("prompt_tokens", 0)), steps, choice.get("text", ""),
+                              choice.get("finish_reason"))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ServerError(f"POST /v1/completions: malformed answer ({type(exc).__name__}: {exc})") from None
+
+    def _sglang_generate(self, prompt, max_tokens, top_logprobs, timeout_s) -> Generation:
+        body = {"text": prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": max_tokens},
+                "return_logprob": True, "top_logprobs_num": top_logprobs, "logprob_start_len": -1,
+                "return_text_in_logprobs": True}
+        answer = self._request("POST", "/generate", body, timeout_s)
+        try:
+            meta = answer["meta_info"]
+            toks = meta["output_token_logprobs"]
+            tops = meta.get("output_top_logprobs") or [[]] * len(toks)
+            steps = [TokenStep(int(t[1]), t[2] or "", float(t[0]),
+                               tuple((int(a[1]), a[2] or "", float(a[0])) for a in (top or [])))
+                     for t, top in zip(toks, tops)]
+            keep = {k: v for k, v in meta.items() if k.startswith("spec_")}
+            finish = meta.get("finish_reason")
+            return Generation(int(meta.get("prompt_tokens", 0)), steps, answer.get("text", ""),
+                              finish.get("type") if isinstance(finish, dict) else finish, keep)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ServerError(f"POST /generate: malformed answer ({type(exc).__name__}: {exc})") from None
