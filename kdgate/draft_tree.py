@@ -53,6 +53,7 @@ def grow_tree(model: Model, past, prefix_len: int, root_logits: torch.Tensor, n:
     tree_cache = None
     frontier = [0]
     depth = 0
+    all_logits: dict[int, torch.Tensor] = {}
     while len(tokens) - 1 < max(n - 1, 0) * 2 or depth < 3:
         depth += 1
         # logits (and cache rows) for the frontier nodes: they see the prefix and their ancestors
@@ -70,11 +71,7 @@ def grow_tree(model: Model, past, prefix_len: int, root_logits: torch.Tensor, n:
                                         full_past, mask)
             tree_cache = new_kv if tree_cache is None else [
                 (torch.cat((tk, nk)), torch.cat((tv, nv))) for (tk, tv), (nk, nv) in zip(tree_cache, new_kv)]
-            node_logits = {i: torch.log_softmax(logits[j], -1) for j, i in enumerate(ids)}
-            if depth == 1:
-                all_logits = node_logits
-            else:
-                all_logits.update(node_logits)
+            all_logits.update({i: torch.log_softmax(logits[j], -1) for j, i in enumerate(ids)})
         proposals = []
         for i in frontier:
             top = torch.topk(all_logits[i], topk)

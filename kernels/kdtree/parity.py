@@ -60,6 +60,11 @@ class ParityReport:
     histogram: list[tuple[float, float, int]] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
 
+    def brief(self) -> str:
+        """One line of figures: max, p99.9, mean signed, error before reference rounding."""
+        return (f"max {self.max_ulps:.3f} p99.9 {self.p999_ulps:.3f} mean {self.mean_signed_ulps:+.4f} "
+                f"unrounded {self.unrounded_max_ulps:.3f}")
+
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         lines = [

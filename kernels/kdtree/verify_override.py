@@ -169,7 +169,7 @@ class VerifySlot:
                 self.validator.compare_eager(scratch, o, dict(
                     q=q, k_extend=k_extend, v_extend=v_extend, k_buffer=k_buffer,
                     qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices,
-                    custom_mask=custom_mask if custom_mask is not None else None,
+                    custom_mask=custom_mask,
                     mask_indptr=mask_indptr, sm_scale=sm_scale))
         if self.capture is not None and not capturing:
             self.capture.offer(q, k_extend, v_extend, k_buffer, qo_indptr, kv_indptr, kv_indices,

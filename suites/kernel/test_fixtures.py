@@ -22,9 +22,6 @@ def test_fixture_parity(candidate, cuda_device, fixture_entry, gate_notes):
         f"{name}: stored reference differs from a fresh one by {(fresh - stored_out).abs().max():.3e}"
     rep, base = outcome.report, outcome.baseline
 
-    def figures(r):
-        return (f"max {r.max_ulps:.3f} p99.9 {r.p999_ulps:.3f} mean {r.mean_signed_ulps:+.4f} "
-                f"unrounded {r.unrounded_max_ulps:.3f}")
-    gate_notes.append(f"fixture {candidate.name} {name}: {figures(rep)} | triton: "
-                      + (figures(base) if base else outcome.baseline_error or "n/a"))
+    gate_notes.append(f"fixture {candidate.name} {name}: {rep.brief()} | triton: "
+                      + (base.brief() if base else outcome.baseline_error or "n/a"))
     assert not outcome.problems(), f"{candidate.name} on fixture {name}:\n{rep.summary()}"

@@ -45,13 +45,10 @@ def test_parity(candidate, cuda_device, case, gate_notes):
     inputs = build_inputs(case, cuda_device)
     outcome = run_case(candidate, inputs)
     rep, base = outcome.report, outcome.baseline
-    def figures(r):
-        return (f"max {r.max_ulps:.3f} p99.9 {r.p999_ulps:.3f} mean {r.mean_signed_ulps:+.4f} "
-                f"unrounded {r.unrounded_max_ulps:.3f}")
     chain = outcome.chain_baseline
-    gate_notes.append(f"parity {candidate.name} {case.id}: {figures(rep)} | triton: "
-                      + (figures(base) if base else outcome.baseline_error or "n/a")
-                      + (f" | verify_shared_kv: {figures(chain) if chain else outcome.chain_error}"
+    gate_notes.append(f"parity {candidate.name} {case.id}: {rep.brief()} | triton: "
+                      + (base.brief() if base else outcome.baseline_error or "n/a")
+                      + (f" | verify_shared_kv: {chain.brief() if chain else outcome.chain_error}"
                          if case.tree == "chain" else ""))
     assert not outcome.problems(), f"{candidate.name} on {case.id}:\n{rep.summary()}" + (
         f"\ntriton baseline:\n{base.summary()}" if base else "")

@@ -25,7 +25,6 @@ def test_tree_node_equals_its_path_as_a_chain(candidate, cuda_device, tree):
     tree_in = build_inputs(case, cuda_device)
     tree_out, _ = run_candidate(candidate, tree_in, False)
     parents = tree_in.parents[0]
-    worst = 0.0
     for node in range(case.n):
         path = path_to(parents, node)
         n = len(path)
@@ -45,6 +44,4 @@ def test_tree_node_equals_its_path_as_a_chain(candidate, cuda_device, tree):
         a, b = tree_out[node].double(), chain_out[n - 1].double()
         scale = torch.maximum(a.abs(), b.abs())
         diff = ((a - b).abs() / bf16_ulp(scale)).max().item()
-        worst = max(worst, diff)
         assert diff <= 2.0, f"node {node} (path {path}): tree and chain differ by {diff:.2f} ulp"
-    assert worst < float("inf")
