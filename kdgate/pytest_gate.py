@@ -171,6 +171,31 @@ def cuda_device() -> "torch.device":
     return torch.device("cuda", torch.cuda.current_device())
 
 
+@pytest.fixture(scope="session")
+def live_client(gate_options, gate_notes):
+    """A client for the server the live layer judges: --endpoint (after --wait-ready), or
+    the embedded llama.cpp server started here and stopped at the end of the session."""
+    from kdgate.live_client import LiveClient
+    from kdgate.readiness import wait_ready
+
+    if gate_options.endpoint:
+        client = LiveClient(gate_options.endpoint, gate_options.api_key)
+        if gate_options.wait_ready_s > 0:
+            wait_ready(client, gate_options.wait_ready_s)
+        gate_notes.append(f"live layer against {gate_options.endpoint}")
+        yield client
+        return
+    from kdgate.embedded_server import EmbeddedServer, EmbeddedServerUnavailable
+
+    try:
+        server = EmbeddedServer()
+    except EmbeddedServerUnavailable as exc:
+        pytest.skip(f"not run: no --endpoint and {exc}")
+    with server as client:
+        gate_notes.append(f"live layer against the embedded server {server.url} ({server.model.name})")
+        yield client
+
+
 _NOTES_KEY = pytest.StashKey[list]()
 
 

