@@ -63,7 +63,9 @@ class EmbeddedServer:
                                         start_new_session=True)
         atexit.register(self.stop)
         self.url = f"http://127.0.0.1:{port}"
-        client = LiveClient(self.url, timeout_s=600)
+        # llama-cpp-python applies a repeat penalty by default: turn it off so that
+        # temperature 0 is plain greedy, as on SGLang
+        client = LiveClient(self.url, timeout_s=600, extra_body={"repeat_penalty": 1.0})
         try:
             wait_ready(client, self.ready_timeout_s, process=self.process)
         except Exception:

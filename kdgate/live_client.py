@@ -42,7 +42,10 @@ class Generation:
 
 
 class LiveClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 300.0):
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 300.0,
+                 extra_body: dict | None = None):
+        """``extra_body``: fields added to every /v1/completions request (for a server whose
+        "temperature 0" is not plain greedy, e.g. llama.cpp's repeat penalty)."""
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"endpoint must start with http:// or https://, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
@@ -50,6 +53,7 @@ class LiveClient:
         self.timeout_s = timeout_s
         self._session = requests.Session()
         self._flavor: str | None = None
+        self.extra_body = dict(extra_body or {})
 
     def __repr__(self) -> str:
         return f"LiveClient({self.base_url!r}, api_key={'<set>' if self._api_key else None})"
@@ -121,7 +125,7 @@ class LiveClient:
         if self.flavor() == "sglang":
             return self._sglang_generate(prompt, max_tokens, top_logprobs, timeout_s)
         body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-                "logprobs": top_logprobs or None, "return_token_ids": True}
+                "logprobs": top_logprobs or None, "return_token_ids": True, **self.extra_body}
         answer = self._request("POST", "/v1/completions", body, timeout_s)
         try:
             choice = answer["choices"][0]
