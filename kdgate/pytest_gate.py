@@ -56,6 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fixtures-dir", action="append", default=[], metavar="DIR",
                     help="extra directory of captured verify calls (manifest.json + "
                          "safetensors, as written by KDTREE_CAPTURE_DIR); repeatable")
+    group.addoption("--tie-eps", type=float, default=0.10, metavar="NATS",
+                    help="near-tie threshold of the tie-aware rule (default 0.10, clamped to "
+                         "[0.05, 0.25])")
     group.addoption("--expect-hooks", default="defrag-sort",
                     help="comma-separated hooks every rank must report effective "
                          "(default: defrag-sort)")
@@ -169,6 +172,13 @@ def cuda_device() -> "torch.device":
     import torch
 
     return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture(scope="session")
+def tie_eps(pytestconfig) -> float:
+    from kdgate.tie_rule import clamp_eps
+
+    return clamp_eps(pytestconfig.getoption("--tie-eps"))
 
 
 @pytest.fixture(scope="session")

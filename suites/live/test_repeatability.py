@@ -18,3 +18,20 @@ def test_greedy_generation_is_repeatable(live_client):
     assert not not_top, f"temperature 0 did not take the top token at {len(not_top)} step(s): {not_top[:2]}"
     verdict = compare_generations(first.steps, second.steps)
     assert verdict.passed, verdict.report()
+
+
+def test_a_perturbed_server_is_caught_with_a_readable_report(live_client):
+    """Negative control: the same server sampling at temperature 1.2 (seeded) instead of
+    greedily must fail the tie-aware comparison and say where and how."""
+    from kdgate.live_client import LiveClient
+
+    if live_client.flavor() != "openai":
+        pytest.skip("not run: the perturbation is applied through the OpenAI completions body")
+    perturbed = LiveClient(live_client.base_url, timeout_s=live_client.timeout_s,
+                           extra_body={**live_client.extra_body, "temperature": 1.2, "seed": 7})
+    greedy = live_client.complete(PROMPT, max_tokens=24)
+    sampled = perturbed.complete(PROMPT, max_tokens=24)
+    verdict = compare_generations(greedy.steps, sampled.steps)
+    assert not verdict.passed, "sampling at temperature 1.2 passed the tie rule"
+    report = verdict.report()
+    assert "first divergence at token" in report and "stored top:" in report and "live top:" in report
