@@ -106,7 +106,10 @@ class LiveClient:
                     "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                     "speculative_num_draft_tokens", "kv_cache_dtype", "page_size")
             return {"server": "sglang", **{k: info.get(k) for k in keys}}
-        return {"server": "openai-compatible", "model": (self.models() or [""])[0], "tp_size": 1}
+        model = (self.models() or [""])[0]
+        # servers that name the model by its file path: keep the file name (stable across hosts)
+        return {"server": "openai-compatible", "model": model.replace("\\", "/").rsplit("/", 1)[-1],
+                "tp_size": 1}
 
     def context_limit(self) -> int | None:
         info = self.server_info()

@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from kdgate.generation_snapshot import rescore_stored
 from kdgate.live_prompts import burst_fillers, canonical
 from kdgate.tie_rule import compare_generations
 
@@ -23,23 +24,10 @@ def test_canonical_prompts_are_unchanged_inside_a_burst(live_client, tie_eps, ga
     failures = []
     for p in prompts:
         verdict = compare_generations(alone[p.id].steps, together[p.id].steps, tie_eps,
-                                      rescore=lambda k, p=p: rescore_gaps(live_client, p, alone[p.id], k))
+                                      rescore=lambda k, p=p: rescore_stored(live_client, p.text, alone[p.id].steps, k))
         if not verdict.passed:
             failures.append(f"{p.id}: {verdict.report()}")
     gate_notes.append(f"live concurrency: {len(prompts)} canonical prompts alone vs inside a burst of "
                       f"{len(burst)} requests: {len(prompts) - len(failures)} equal under the tie rule")
     assert not failures, "\n".join(failures)
 
-
-def rescore_gaps(client, prompt, stored, k):
-    """Gaps (nats) between the server's top choice and each stored token from k on, the
-    server being fed the prompt plus the stored tokens before it, one token at a time."""
-    gaps = []
-    text = prompt.text + "".join(s.text for s in stored.steps[:k])
-    for step in stored.steps[k:]:
-        nxt = client.complete(text, 1).steps[0]
-        top_lp = nxt.top[0][2] if nxt.top else nxt.logprob
-        mine = next((lp for tid, t, lp in nxt.top if (tid if tid is not None else t) == step.key()), None)
-        gaps.append(float("inf") if mine is None else top_lp - mine)
-        text += step.text
-    return gaps
