@@ -96,7 +96,7 @@ def run_churn(allocator, config: ChurnConfig, drain: bool = True) -> ChurnResult
     counts = dict(admitted=0, finished=0, aborted=0, retracted=0)
     measured = []
     occupancy_sum, steps = 0.0, 0
-    pending = None  # the next arrival: (prompt, output, aborts, abort_point)
+    pending = None  # the next arrival: (prompt tokens, decode tokens until it ends, aborts)
     started = time.perf_counter()
 
     def maybe_check():

@@ -49,6 +49,7 @@ class TieVerdict:
     live_gap: float | None = None
     detail: list[str] = field(default_factory=list)
     drift: list[tuple[int, float]] = field(default_factory=list)
+    rescored_worst: float | None = None   # worst re-scoring gap after a near-tie split
 
     def report(self) -> str:
         head = f"tie rule {'PASS' if self.passed else 'FAIL'}: {self.reason}"
@@ -94,9 +95,9 @@ def compare_generations(stored: Sequence[TokenStep], live: Sequence[TokenStep], 
             at = i + 1 + gaps.index(worst)
             return TieVerdict(False, f"stored token {at} is {worst:.3f} nats below the server's "
                                      f"top choice after the near-tie at {i}", i, stored_gap, live_gap,
-                              detail, drift)
+                              detail, drift, worst)
         return TieVerdict(True, f"near-tie at token {i}; stored continuation still scores "
-                                f"(worst gap {worst:.3f})", i, stored_gap, live_gap, detail, drift)
+                                f"(worst gap {worst:.3f})", i, stored_gap, live_gap, detail, drift, worst)
     if len(stored) != len(live):
         n = min(len(stored), len(live))
         return TieVerdict(False, f"lengths differ ({len(stored)} stored, {len(live)} live) after "

@@ -37,6 +37,7 @@ def test_rescored_continuation_far_below_top_fails():
     live = [STORED[0], step(6, -0.72, (5, -0.74)), step(3, -0.1), step(4, -0.1)]
     verdict = compare_generations(STORED, live, rescore=lambda k: [0.1, 1.5])
     assert not verdict.passed and "1.500 nats below" in verdict.reason
+    assert verdict.rescored_worst == 1.5
 
 
 @pytest.mark.parametrize("live_step, why", [

@@ -345,6 +345,7 @@ def op_arguments(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_
         sm_scale = 1.0 / math.sqrt(HEAD_DIM)
     if debug_checks is None:
         debug_checks = os.environ.get("KDTREE_DEBUG_CHECKS", "") == "1"
+    # checked here too: the op's schema would reject a non-int before check_arguments runs
     if isinstance(max_len_extend, bool) or not isinstance(max_len_extend, int):
         raise TypeError(f"max_len_extend must be an int, got {type(max_len_extend).__name__}")
     return (q_extend, k_extend, v_extend, o_extend, k_buffer, qo_indptr, kv_indptr, kv_indices,
