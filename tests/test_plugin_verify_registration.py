@@ -52,7 +52,8 @@ def test_verify_off_registers_nothing_on_the_backend():
 @pytest.mark.parametrize("strict", ["0", "1"])
 def test_verify_where_the_backend_cannot_import_is_a_reported_failure(strict):
     if backend_imports():
-        pytest.skip("not run: the attention backend imports here (a GPU host): the failure path "
+        pytest.skip("not run: the attention backend imports here (tox env backend, or a host with "
+                    "SGLang's full stack): the failure path "
                     "needs a host where it does not")
     done = run({"KDTREE_VERIFY": "on", "KDTREE_STRICT": strict})
     failed = [r for r in records(done.stderr) if r.event == "failed"]

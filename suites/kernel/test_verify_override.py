@@ -131,18 +131,3 @@ def test_capture_round_trip(cuda_device, tmp_path):
                            "-p", "no:cacheprovider", "-k", directory.name,
                            "--fixtures-dir", str(directory)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-2000:]
-
-
-def test_hook_installs_into_sglangs_backend_class():
-    """The real TritonAttnBackend class through SGLang's load_plugins()."""
-    try:
-        import sglang.srt.layers.attention.triton_backend  # noqa: F401
-    except Exception as exc:
-        pytest.skip(f"not run: sglang.srt.layers.attention.triton_backend does not import "
-                    f"here ({type(exc).__name__}: {exc})")
-    done = subprocess.run([sys.executable, "-c", (
-        "import os; os.environ['KDTREE_VERIFY']='on'\n"
-        "from sglang.srt.plugins import load_plugins; load_plugins()\n"
-        "from sglang.srt.layers.attention.triton_backend import TritonAttnBackend as B\n"
-        "print('wrapped', hasattr(B.__init__, '__wrapped__'))")], capture_output=True, text=True, timeout=300)
-    assert "wrapped True" in done.stdout, done.stdout + done.stderr[-2000:]
