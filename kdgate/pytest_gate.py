@@ -59,6 +59,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--tie-eps", type=float, default=0.10, metavar="NATS",
                     help="near-tie threshold of the tie-aware rule (default 0.10, clamped to "
                          "[0.05, 0.25])")
+    group.addoption("--request-timeout", type=float, default=600.0, metavar="SECONDS",
+                    help="the longest the live layer waits for any one answer (default 600)")
+    group.addoption("--systemd-unit", default=None,
+                    help="with --wait-ready: the server's systemd unit; waiting stops at once "
+                         "when it is failed or inactive")
+    group.addoption("--passkey-mode", choices=("auto", "absolute", "relative"), default="auto",
+                    help="absolute: every pass key found; relative: none the stored snapshot "
+                         "found may be lost; auto (default): absolute on SGLang servers, "
+                         "relative elsewhere (the embedded SmolLM2 misses some keys)")
+    group.addoption("--churn-requests", type=int, default=200, metavar="N",
+                    help="requests in the live churn (default 200)")
+    group.addoption("--churn-concurrency", type=int, default=32, metavar="N",
+                    help="churn requests in flight at once (default 32)")
+    group.addoption("--churn-abort-fraction", type=float, default=0.12, metavar="F",
+                    help="share of churn requests closed mid-stream (default 0.12)")
+    group.addoption("--accept-margin", type=float, default=0.10, metavar="F",
+                    help="largest allowed relative drop of the mean speculative acceptance "
+                         "below the snapshot's (default 0.10)")
+    group.addoption("--calibrate-ties", type=int, default=0, metavar="N",
+                    help="rerun the canonical prompts N times, measure the logprob noise and "
+                         "print a suggested --tie-eps")
     group.addoption("--expect-hooks", default="defrag-sort",
                     help="comma-separated hooks every rank must report effective "
                          "(default: defrag-sort)")
@@ -111,8 +132,25 @@ def gpu_for_worker(worker: str | None, device_count: int) -> int | None:
     return int(worker[2:]) % device_count
 
 
+def check_option_values(config: pytest.Config) -> None:
+    """Bad option values stop the run before anything starts, naming the option."""
+    opt = config.getoption
+    for name, low, high in (("--churn-requests", 1, None), ("--churn-concurrency", 1, None),
+                            ("--calibrate-ties", 0, None), ("--request-timeout", 1, None)):
+        value = opt(name)
+        if value < low or (high is not None and value > high):
+            raise pytest.UsageError(f"{name} must be >= {low}, got {value}")
+    for name in ("--churn-abort-fraction", "--accept-margin"):
+        if not 0.0 <= opt(name) < 1.0:
+            raise pytest.UsageError(f"{name} must be in [0, 1), got {opt(name)}")
+    if opt("--systemd-unit") and opt("--wait-ready") <= 0:
+        raise pytest.UsageError("--systemd-unit is used while waiting: give --wait-ready SECONDS too")
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist each worker gets its own GPU (see gpu_for_worker)."""
+    """Option values are checked; under pytest-xdist each worker gets its own GPU (see
+    gpu_for_worker)."""
+    check_option_values(config)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
         return
@@ -182,16 +220,18 @@ def tie_eps(pytestconfig) -> float:
 
 
 @pytest.fixture(scope="session")
-def live_client(gate_options, gate_notes):
+def live_client(gate_options, gate_notes, pytestconfig):
     """A client for the server the live layer judges: --endpoint (after --wait-ready), or
     the embedded llama.cpp server started here and stopped at the end of the session."""
     from kdgate.live_client import LiveClient
     from kdgate.readiness import wait_ready
 
     if gate_options.endpoint:
-        client = LiveClient(gate_options.endpoint, gate_options.api_key)
+        client = LiveClient(gate_options.endpoint, gate_options.api_key,
+                            timeout_s=pytestconfig.getoption("--request-timeout"))
         if gate_options.wait_ready_s > 0:
-            wait_ready(client, gate_options.wait_ready_s)
+            wait_ready(client, gate_options.wait_ready_s,
+                       systemd_unit=pytestconfig.getoption("--systemd-unit"))
         gate_notes.append(f"live layer against {gate_options.endpoint}")
         yield client
         return

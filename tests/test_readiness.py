@@ -15,7 +15,7 @@ def test_gives_up_in_time_with_the_last_status_and_progress():
     lines = []
     client = LiveClient(f"http://127.0.0.1:{free_port()}", timeout_s=2)
     started = time.monotonic()
-    with pytest.raises(NotReady, match=r"within 3s; last status: .*cannot connect"):
+    with pytest.raises(NotReady, match=r"within 3s; last status: .*connection refused"):
         wait_ready(client, 3, progress=lines.append, progress_every_s=1, poll_s=0.2)
     assert time.monotonic() - started < 10
     assert lines and "waiting for" in lines[0] and "last status" in lines[0]

@@ -5,13 +5,13 @@ stored continuation is re-scored on the server. Task checks are baseline-relativ
 answer the snapshot got right (passkey found, "Paris") must stay right."""
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from kdgate.generation_snapshot import (GenerationSnapshotExtension, payload, read_stored,
                                         rescore_stored, steps_of)
+from kdgate.live_burst import send_burst as burst
 from kdgate.live_client import LiveClient
 from kdgate.live_prompts import burst_fillers, canonical
 from kdgate.tie_rule import RESCORE_FAIL, compare_generations
@@ -19,20 +19,8 @@ from kdgate.tie_rule import RESCORE_FAIL, compare_generations
 pytestmark = pytest.mark.live
 
 
-@pytest.fixture
-def generation_snapshot(snapshot, tie_eps):
-    GenerationSnapshotExtension.eps = tie_eps
-    return snapshot.use_extension(GenerationSnapshotExtension)
-
-
 def prompts():
     return canonical() + burst_fillers(10, seed=2, words=(20, 250))
-
-
-def burst(client, items):
-    with ThreadPoolExecutor(max_workers=len(items)) as pool:
-        futures = {p.id: pool.submit(client.complete, p.text, p.max_tokens) for p in items}
-        return {pid: f.result() for pid, f in futures.items()}
 
 
 def test_generations_match_the_snapshot(live_client, generation_snapshot, gate_notes):
