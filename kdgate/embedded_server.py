@@ -49,7 +49,7 @@ class EmbeddedServer:
     output); more wait in the server's queue. ``speculative``: llama.cpp's draft-free
     speculative decoding type (None: off)."""
 
-    def __init__(self, model: Path | None = None, slot_ctx: int = 8192, slots: int = 4,
+    def __init__(self, model: Path | None = None, slot_ctx: int = 4096, slots: int = 4,
                  threads: int | None = None, speculative: str | None = "ngram-simple",
                  ready_timeout_s: float = 300.0, extra_args: tuple[str, ...] = ()):
         missing = missing_packages()
@@ -75,6 +75,9 @@ class EmbeddedServer:
                 "--port", str(port), "--ctx-size", str(self.slot_ctx * self.slots),
                 "--parallel", str(self.slots), "--threads", str(self.threads),
                 "--threads-http", str(max(4, self.slots * 2)), "--seed", "0", "--no-webui",
+                # weight repacking takes ggml's AMX path on CPUs that have AMX, which crashes
+                # (SIGSEGV in ggml_backend_amx_mul_mat, seen on this project's machines)
+                "--no-repack",
                 *spec, *self.extra_args]
 
     def start(self) -> LiveClient:

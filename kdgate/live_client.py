@@ -129,16 +129,24 @@ class LiveClient:
         """'sglang' (answers SGLang's /server_info), 'llama.cpp' (answers llama-server's
         /props) or 'openai' (any other OpenAI-compatible completions server)."""
         if self._flavor is None:
-            self._flavor = "openai"
+            reached = False
             for path, flavor, key in (("/server_info", "sglang", "tp_size"),
                                       ("/props", "llama.cpp", "total_slots")):
                 try:
                     info = self._request("GET", path, timeout_s=min(self.timeout_s, 30))
-                except ServerError:
+                except ServerError as exc:
+                    # an answer other than 503 (still loading) means the server is up
+                    reached = reached or (("HTTP" in str(exc) and "HTTP 503" not in str(exc))
+                                          or "not JSON" in str(exc))
                     continue
+                reached = True
                 if isinstance(info, dict) and key in info:
                     self._flavor = flavor
                     break
+            if self._flavor is None:
+                if not reached:
+                    return "openai"     # not reachable yet (starting up): decide later
+                self._flavor = "openai"
         return self._flavor
 
     def server_info(self) -> dict | None:
@@ -161,11 +169,15 @@ class LiveClient:
                     "speculative_num_draft_tokens", "kv_cache_dtype", "page_size")
             return {"server": "sglang", **{k: info.get(k) for k in keys}}
         if flavor == "llama.cpp":
-            settings = info.get("default_generation_settings") or {}
-            params = settings.get("params") or {}
+            try:
+                slots = self._request("GET", "/slots")
+                speculative = bool(slots and slots[0].get("speculative"))
+            except (ServerError, AttributeError, IndexError, KeyError, TypeError):
+                speculative = None      # the server does not expose its slots
             return {"server": "llama.cpp", "build": info.get("build_info"),
                     "model": _file_name(info.get("model_path", "")), "tp_size": 1,
-                    "speculative": params.get("speculative.types")}
+                    "slot_ctx": (info.get("default_generation_settings") or {}).get("n_ctx"),
+                    "speculative": speculative}
         model = (self.models() or [""])[0]
         return {"server": "openai-compatible", "model": _file_name(model), "tp_size": 1}
 
