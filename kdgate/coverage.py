@@ -27,6 +27,13 @@ class CoverageVerdict:
     earlier_records: int = 0
     source: str = ""
 
+    def figures(self) -> dict:
+        """The verdict as plain JSON values: ranks x hooks counts for the latest start."""
+        return {"passed": self.passed, "start": self.start, "tp_size": self.tp_size,
+                "hooks": list(self.hooks), "source": self.source, "problems": list(self.problems),
+                "grid": [[self.grid.get((rank, hook), 0) for hook in self.hooks]
+                         for rank in range(self.tp_size)]}
+
     def summary(self) -> str:
         head = (f"coverage {'PASS' if self.passed else 'FAIL'} for start {self.start or '-'} "
                 f"(tp_size {self.tp_size}, hooks {', '.join(self.hooks)}; source {self.source or '-'}; "

@@ -57,6 +57,12 @@ def canonical() -> list[LivePrompt]:
     ]
 
 
+def snapshot_prompts() -> list[LivePrompt]:
+    """What the snapshot and acceptance tests send at once: the canonical prompts and 10
+    mixed-length fillers (16 requests)."""
+    return canonical() + burst_fillers(10, seed=2, words=(20, 250))
+
+
 def burst_fillers(count: int, seed: int = 0, words: tuple[int, int] = (20, 400)) -> list[LivePrompt]:
     """``count`` prompts of mixed lengths for bursts and churn."""
     rng = random.Random(f"burst:{seed}")
@@ -109,17 +115,14 @@ def passkey_grid(budget: TokenBudget, limit: int, depths=(0.1, 0.5, 0.9)) -> lis
 def churn_prompts(count: int, budget: TokenBudget, limit: int, seed: int = 0,
                   min_tokens: int = 32) -> list[LivePrompt]:
     """``count`` distinct prompts with lengths log-uniform between ``min_tokens`` and the
-    limit (most short, some near it), of all three kinds. Prompts of one kind are
-    prefixes of one long document followed by a line of their own, so a server's prefix
-    cache shares the common part (as production traffic with shared system prompts and
-    documents does) while every request still allocates its own tail and output."""
+    limit (most short, some near it), of all three kinds, each from its own text (no
+    shared prefixes, so a prefix cache cannot spare the server's KV allocator)."""
     rng = random.Random(f"churn:{seed}")
     top = limit - OUTPUT_RESERVE
     out = []
     for i in range(count):
         tokens = int(math.exp(rng.uniform(math.log(min_tokens), math.log(top))))
         kind = rng.choice(("log", "narrative", "code"))
-        body = document(kind, budget.words_for(max(tokens - 24, 8), kind), seed=seed * 10 + 1)
-        out.append(LivePrompt(f"churn-{i}-t{tokens}", f"{body}\n\nRequest {i}: summarise the above in "
-                              f"{rng.randint(3, 30)} words.\n", rng.randint(1, 16)))
+        out.append(LivePrompt(f"churn-{i}-t{tokens}", document(kind, budget.words_for(tokens, kind),
+                                                               seed=seed * 100000 + i), rng.randint(1, 16)))
     return out

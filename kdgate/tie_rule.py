@@ -51,6 +51,15 @@ class TieVerdict:
     drift: list[tuple[int, float]] = field(default_factory=list)
     rescored_worst: float | None = None   # worst re-scoring gap after a near-tie split
 
+    def figures(self, test: str, prompt: str, tokens: int) -> dict:
+        """Plain JSON values for the nightly report's divergence picture."""
+        def finite(x):
+            return None if x is None or x != x or x in (float("inf"), float("-inf")) else x
+        return {"kind": "tie-verdict", "test": test, "prompt": prompt, "tokens": tokens,
+                "passed": self.passed, "first_divergence": self.first_divergence,
+                "stored_gap": finite(self.stored_gap), "live_gap": finite(self.live_gap),
+                "rescored_worst": finite(self.rescored_worst)}
+
     def report(self) -> str:
         head = f"tie rule {'PASS' if self.passed else 'FAIL'}: {self.reason}"
         return "\n".join([head, *("  " + d for d in self.detail)])

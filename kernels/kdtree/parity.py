@@ -60,6 +60,12 @@ class ParityReport:
     histogram: list[tuple[float, float, int]] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
 
+    def figures(self) -> dict:
+        """The report's figures as plain JSON values (scaled ULPs; histogram bins)."""
+        return {"passed": self.passed, "max": self.max_ulps, "p999": self.p999_ulps,
+                "mean_signed": self.mean_signed_ulps, "unrounded_max": self.unrounded_max_ulps,
+                "histogram": [[lo, hi, int(n)] for lo, hi, n in self.histogram]}
+
     def brief(self) -> str:
         """One line of figures: max, p99.9, mean signed, error before reference rounding."""
         return (f"max {self.max_ulps:.3f} p99.9 {self.p999_ulps:.3f} mean {self.mean_signed_ulps:+.4f} "

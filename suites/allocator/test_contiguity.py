@@ -29,7 +29,7 @@ ARMS = {
 
 
 @pytest.fixture(scope="module")
-def arms(gate_notes):
+def arms(gate_notes, gate_data):
     plan = [(ps, name) for ps in PAGE_SIZES for name in ARMS]
     results = run_arms([(ChurnConfig(page_size=ps, seed=0), ARMS[name]) for ps, name in plan])
     by_key = dict(zip(plan, results))
@@ -42,6 +42,10 @@ def arms(gate_notes):
         gate_notes.append(f"  {ps:>4} {name:<10} {str(r.need_sort):<9} {c.runs_per_request:>9.1f} "
                           f"{c.runs_per_1k_tokens:>11.3f} {c.single_run_share:>10.1%} "
                           f"{r.calls:>6} {r.aborted:>7}")
+        gate_data.append({"kind": "allocator-contiguity", "page_size": ps, "arm": name,
+                          "need_sort": r.need_sort, "runs_per_request": c.runs_per_request,
+                          "runs_per_1k_tokens": c.runs_per_1k_tokens,
+                          "single_run_share": c.single_run_share})
     return by_key
 
 

@@ -12,7 +12,7 @@ from kdgate.record_sources import read_journal, read_log_file, read_status_dir
 pytestmark = [pytest.mark.coverage, pytest.mark.live]
 
 
-def test_deployment_coverage(gate_options, gate_notes):
+def test_deployment_coverage(gate_options, gate_notes, gate_data):
     opts = gate_options
     if not opts.has_coverage_source:
         pytest.skip("not run: no coverage source given (--server-log, --journal-unit or "
@@ -38,4 +38,5 @@ def test_deployment_coverage(gate_options, gate_notes):
         source = opts.status_dir
     verdict = check_coverage(records, int(tp_size), opts.expect_hooks, source, unreadable)
     gate_notes.append(verdict.summary())
+    gate_data.append({"kind": "coverage-grid", "label": f"deployment ({source})", **verdict.figures()})
     assert verdict.passed, verdict.summary()

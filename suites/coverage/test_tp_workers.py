@@ -73,10 +73,11 @@ def verdict_of(launch_: Launch):
     return check_coverage(records, TP, HOOKS, str(launch_.log), unreadable)
 
 
-def test_every_rank_reports_every_hook_once(launches):
+def test_every_rank_reports_every_hook_once(launches, gate_data):
     run = launches["last-complete"]
     assert run.returncode == 0, run.text()
     verdict = verdict_of(run)
+    gate_data.append({"kind": "coverage-grid", "label": "8 spawned TP workers (CPU)", **verdict.figures()})
     assert verdict.passed, verdict.summary()
     assert verdict.grid == {(rank, "defrag-sort"): 1 for rank in range(TP)}
 

@@ -11,7 +11,7 @@ from kdgate.kernel_run import run_case
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
 
-def test_fixture_parity(candidate, cuda_device, fixture_entry, gate_notes):
+def test_fixture_parity(candidate, cuda_device, fixture_entry, gate_notes, gate_data):
     directory, name = fixture_entry
     entry = next((e for e in read_manifest(directory)["captures"] if e["name"] == name), None)
     assert entry is not None, f"{directory}: manifest has no capture {name}"
@@ -24,4 +24,6 @@ def test_fixture_parity(candidate, cuda_device, fixture_entry, gate_notes):
 
     gate_notes.append(f"fixture {candidate.name} {name}: {rep.brief()} | triton: "
                       + (base.brief() if base else outcome.baseline_error or "n/a"))
+    gate_data.append({"kind": "parity", "source": "fixture", "candidate": candidate.name, "case": name,
+                      "kernel": rep.figures(), "baseline": base.figures() if base else None})
     assert not outcome.problems(), f"{candidate.name} on fixture {name}:\n{rep.summary()}"

@@ -41,7 +41,7 @@ MATRIX = (
 
 
 @pytest.mark.parametrize("case", MATRIX, ids=[c.id for c in MATRIX])
-def test_parity(candidate, cuda_device, case, gate_notes):
+def test_parity(candidate, cuda_device, case, gate_notes, gate_data):
     inputs = build_inputs(case, cuda_device)
     outcome = run_case(candidate, inputs)
     rep, base = outcome.report, outcome.baseline
@@ -50,6 +50,8 @@ def test_parity(candidate, cuda_device, case, gate_notes):
                       + (base.brief() if base else outcome.baseline_error or "n/a")
                       + (f" | verify_shared_kv: {chain.brief() if chain else outcome.chain_error}"
                          if case.tree == "chain" else ""))
+    gate_data.append({"kind": "parity", "source": "synthetic", "candidate": candidate.name,
+                      "case": case.id, "kernel": rep.figures(), "baseline": base.figures() if base else None})
     assert not outcome.problems(), f"{candidate.name} on {case.id}:\n{rep.summary()}" + (
         f"\ntriton baseline:\n{base.summary()}" if base else "")
     if candidate.writes_lse:

@@ -8,8 +8,8 @@ import pytest
 
 from kdgate.generation_snapshot import SNAPSHOT_DIR, payload
 from kdgate.live_burst import send_burst
+from kdgate.live_prompts import snapshot_prompts as prompts
 from kdgate.spec_acceptance import acceptance_problem, pooled_acceptance
-from suites.live.test_snapshots import prompts
 
 pytestmark = pytest.mark.live
 STORED = SNAPSHOT_DIR / "test_snapshots" / "test_generations_match_the_snapshot.json"

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.live
 
 
 def test_churn_then_the_canonical_prompts_again(live_client, context_limit, token_budget, tie_eps,
-                                                gate_notes, pytestconfig):
+                                                gate_notes, gate_data, pytestconfig):
     count = pytestconfig.getoption("--churn-requests")
     in_flight = pytestconfig.getoption("--churn-concurrency")
     fraction = pytestconfig.getoption("--churn-abort-fraction")
@@ -60,6 +60,7 @@ def test_churn_then_the_canonical_prompts_again(live_client, context_limit, toke
         verdict = compare_generations(first[p.id].steps, again.steps, tie_eps,
                                       rescore=lambda k, p=p: rescore_stored(live_client, p.text,
                                                                             first[p.id].steps, k))
+        gate_data.append(verdict.figures("churn re-check", p.id, len(first[p.id].steps)))
         if not verdict.passed:
             failures.append(f"{p.id}: {verdict.report()}")
     gate_notes.append(f"live churn: {count} requests at {in_flight} in flight in {wall:.0f}s, "

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.live
 BURST = 16
 
 
-def test_canonical_prompts_are_unchanged_inside_a_burst(live_client, tie_eps, gate_notes):
+def test_canonical_prompts_are_unchanged_inside_a_burst(live_client, tie_eps, gate_notes, gate_data):
     prompts = canonical()
     alone = {p.id: live_client.complete(p.text, p.max_tokens) for p in prompts}
     burst = prompts + burst_fillers(max(BURST - len(prompts), 10), seed=1)
@@ -25,6 +25,7 @@ def test_canonical_prompts_are_unchanged_inside_a_burst(live_client, tie_eps, ga
     for p in prompts:
         verdict = compare_generations(alone[p.id].steps, together[p.id].steps, tie_eps,
                                       rescore=lambda k, p=p: rescore_stored(live_client, p.text, alone[p.id].steps, k))
+        gate_data.append(verdict.figures("concurrency", p.id, len(alone[p.id].steps)))
         if not verdict.passed:
             failures.append(f"{p.id}: {verdict.report()}")
     gate_notes.append(f"live concurrency: {len(prompts)} canonical prompts alone vs inside a burst of "

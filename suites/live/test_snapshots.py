@@ -13,17 +13,13 @@ from kdgate.generation_snapshot import (GenerationSnapshotExtension, payload, re
                                         rescore_stored, steps_of)
 from kdgate.live_burst import send_burst as burst
 from kdgate.live_client import LiveClient
-from kdgate.live_prompts import burst_fillers, canonical
+from kdgate.live_prompts import snapshot_prompts as prompts
 from kdgate.tie_rule import RESCORE_FAIL, compare_generations
 
 pytestmark = pytest.mark.live
 
 
-def prompts():
-    return canonical() + burst_fillers(10, seed=2, words=(20, 250))
-
-
-def test_generations_match_the_snapshot(live_client, generation_snapshot, gate_notes):
+def test_generations_match_the_snapshot(live_client, generation_snapshot, gate_notes, gate_data):
     items = prompts()
     assert len(items) >= 16
     live = payload(live_client.identity(), burst(live_client, items))
@@ -38,6 +34,7 @@ def test_generations_match_the_snapshot(live_client, generation_snapshot, gate_n
             verdict = compare_generations(steps_of(old), steps_of(new), GenerationSnapshotExtension.eps,
                                           rescore=lambda k, p=p, old=old: rescore_stored(
                                               live_client, p.text, steps_of(old), k))
+            gate_data.append(verdict.figures("snapshot", p.id, len(steps_of(old))))
             if verdict.rescored_worst is not None and verdict.rescored_worst > RESCORE_FAIL:
                 problems.append(f"{p.id}: {verdict.report()}")
             if p.expect and p.expect in old["text"] and p.expect not in new["text"]:
@@ -56,8 +53,9 @@ def test_a_perturbed_server_fails_the_snapshot(live_client, generation_snapshot)
     stored_path = folder / "test_generations_match_the_snapshot.json"
     if not stored_path.is_file():
         pytest.skip("not run: no stored snapshot yet (record one with --snapshot-update)")
-    if live_client.flavor() != "openai":
-        pytest.skip("not run: the perturbation is applied through the OpenAI completions body")
+    if live_client.flavor() == "sglang":
+        pytest.skip("not run: the perturbation is applied through the OpenAI completions body, "
+                    "which this gate does not use against SGLang")
     stored = json.loads(stored_path.read_text())
     perturbed = LiveClient(live_client.base_url, timeout_s=live_client.timeout_s,
                            extra_body={**live_client.extra_body, "temperature": 1.2, "seed": 11})

@@ -1,0 +1,233 @@
+"""The nightly report: ``summary.json`` (machine-readable verdict per layer and figures),
+``report.md`` and the same page as ``report.html``, with pictures under ``figures/``:
+
+* kernel: scaled-ULP error histogram per input group (synthetic cases, real fixtures),
+  kernel vs SGLang's Triton kernel;
+* allocator: runs per 1k tokens after churn, patched vs unpatched vs plugin excluded;
+* coverage: the ranks x hooks grid of each check;
+* live: first-divergence position and tie gap per prompt;
+* perf: speedup vs context, when the perf layer ran.
+Verdict on top, an environment block (GPU, driver, torch, SGLang, kernel build, server).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import markdown
+
+STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "not run": "NOT RUN"}
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment(args) -> dict:
+    """Where the gate ran: GPU, driver, torch, SGLang, kernel build, server."""
+    env = {"host": platform.node(), "python": platform.python_version(),
+           "torch": _version("torch"), "sglang": _version("sglang"), "kdtree-gate": _version("kdtree-gate"),
+           "endpoint": getattr(args, "endpoint", None) or "embedded llama.cpp server (SmolLM2-135M)"}
+    try:
+        import torch
+
+        env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (no CUDA GPU)"
+    except Exception as exc:      # torch missing or broken: say so, do not stop the report
+        env["gpu"] = f"unknown ({type(exc).__name__})"
+    if shutil.which("nvidia-smi"):
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+        env["driver"] = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else "unknown"
+    else:
+        env["driver"] = "none"
+    try:
+        from kdtree.build import build_hash
+
+        env["kernel_build"] = build_hash()
+    except Exception as exc:
+        env["kernel_build"] = f"unknown ({type(exc).__name__})"
+    return env
+
+
+def _load_data(report_dir: Path) -> dict[str, dict]:
+    out = {}
+    for path in sorted((report_dir / "data").glob("*.json")):
+        try:
+            out[path.stem] = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            out[path.stem] = {"notes": [f"unreadable measurements file {path.name}"], "data": []}
+    return out
+
+
+def _figures(report_dir: Path, data: dict[str, dict]) -> list[tuple[str, str, str]]:
+    """Draw what the data holds; returns (layer, title, relative path) per picture."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = report_dir / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.png"):
+        old.unlink()
+    made = []
+    records = [r for layer in data.values() for r in layer.get("data", [])]
+
+    def save(fig, name, layer, title):
+        fig.tight_layout()
+        fig.savefig(folder / name, dpi=110)
+        plt.close(fig)
+        made.append((layer, title, f"figures/{name}"))
+
+    parity = [r for r in records if r.get("kind") == "parity"]
+    groups = sorted({r["source"] for r in parity})
+    if groups:
+        fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 3.6), squeeze=False)
+        for ax, group in zip(axes[0], groups):
+            rows = [r for r in parity if r["source"] == group]
+            edges = [f"[{lo:g},{hi:g})" for lo, hi, _ in rows[0]["kernel"]["histogram"]]
+            for offset, who, label in ((-0.2, "kernel", rows[0]["candidate"]), (0.2, "baseline", "SGLang Triton")):
+                counts = [0] * len(edges)
+                for r in rows:
+                    if r.get(who):
+                        for i, (_, _, n) in enumerate(r[who]["histogram"]):
+                            counts[i] += n
+                ax.bar([i + offset for i in range(len(edges))], [max(c, 0.5) for c in counts], width=0.4,
+                       label=label, log=True)
+            ax.set_xticks(range(len(edges)), edges, rotation=30, fontsize=7)
+            ax.set_title(f"{group}: {len(rows)} cases")
+            ax.set_xlabel("scaled ULP error")
+            ax.set_ylabel("elements")
+            ax.legend(fontsize=7)
+        save(fig, "kernel-ulp-histograms.png", "kernel", "Scaled-ULP error histograms, kernel vs SGLang Triton")
+
+    alloc = [r for r in records if r.get("kind") == "allocator-contiguity"]
+    if alloc:
+        pages = sorted({r["page_size"] for r in alloc})
+        arms = ["patched", "unpatched", "excluded"]
+        fig, ax = plt.subplots(figsize=(6.5, 3.6))
+        for k, arm in enumerate(arms):
+            values = [next((r["runs_per_1k_tokens"] for r in alloc if r["page_size"] == p and r["arm"] == arm), 0)
+                      for p in pages]
+            ax.bar([i + (k - 1) * 0.27 for i in range(len(pages))], values, width=0.27, label=arm)
+        ax.set_xticks(range(len(pages)), [f"page {p}" for p in pages])
+        ax.set_ylabel("runs per 1k tokens (lower is better)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        save(fig, "allocator-fragmentation.png", "allocator", "KV fragmentation after churn: patched vs unpatched")
+
+    for n, grid in enumerate(r for r in records if r.get("kind") == "coverage-grid"):
+        fig, ax = plt.subplots(figsize=(2 + 1.2 * len(grid["hooks"]), 1 + 0.35 * grid["tp_size"]))
+        ax.imshow(grid["grid"], cmap="RdYlGn", vmin=0, vmax=2, aspect="auto")
+        for rank, row in enumerate(grid["grid"]):
+            for h, count in enumerate(row):
+                ax.text(h, rank, str(count), ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(grid["hooks"])), grid["hooks"], fontsize=8)
+        ax.set_yticks(range(grid["tp_size"]), [f"rank {r}" for r in range(grid["tp_size"])], fontsize=7)
+        ax.set_title(f"{grid.get('label', 'coverage')}: {'PASS' if grid['passed'] else 'FAIL'}", fontsize=9)
+        save(fig, f"coverage-grid-{n}.png", "coverage", f"Coverage: ranks x hooks ({grid.get('label', '')})")
+
+    ties = [r for r in records if r.get("kind") == "tie-verdict"]
+    if ties:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+        tests = sorted({r["test"] for r in ties})
+        for test in tests:
+            rows = [r for r in ties if r["test"] == test]
+            labels = [f"{r['test']}:{r['prompt']}" for r in rows]
+            positions = [r["first_divergence"] if r["first_divergence"] is not None else r["tokens"] for r in rows]
+            ax1.scatter(labels, positions, label=test, s=18)
+            gaps = [(l, max(g for g in (r["stored_gap"], r["live_gap"]) if g is not None))
+                    for l, r in zip(labels, rows) if r["stored_gap"] is not None or r["live_gap"] is not None]
+            if gaps:
+                ax2.scatter([g[0] for g in gaps], [g[1] for g in gaps], label=test, s=18)
+        ax1.set_ylabel("first divergent token (= length when none)")
+        ax2.set_ylabel("tie gap at the divergence (nats)")
+        for ax in (ax1, ax2):
+            ax.tick_params(axis="x", labelrotation=90, labelsize=6)
+            ax.legend(fontsize=7)
+        save(fig, "live-divergence.png", "live", "Live: first-divergence positions and tie gaps per prompt")
+
+    perf = [r for r in records if r.get("kind") == "perf"]
+    if perf:
+        fig, ax = plt.subplots(figsize=(6.5, 3.6))
+        for key in sorted({(r["n"], r["heads"]) for r in perf}):
+            rows = sorted((r for r in perf if (r["n"], r["heads"]) == key), key=lambda r: r["ctx"])
+            ax.plot([r["ctx"] for r in rows], [r["speedup"] for r in rows], marker="o", label=f"N {key[0]} H {key[1]}")
+        ax.set_xscale("log")
+        ax.set_xlabel("context")
+        ax.set_ylabel("speedup over SGLang Triton")
+        ax.legend(fontsize=7)
+        save(fig, "perf-speedup.png", "perf", "Kernel speedup vs context")
+    return made
+
+
+def render_markdown(summary: dict, data: dict[str, dict], figures: list[tuple[str, str, str]]) -> str:
+    lines = [f"# kdtree-gate nightly: **{summary['verdict']}**", ""]
+    if summary["no_go_reasons"]:
+        lines += ["No-go because:", ""] + [f"- {r}" for r in summary["no_go_reasons"]] + [""]
+    lines += ["| layer | verdict | passed | failed | skipped | seconds | notes |",
+              "|---|---|---|---|---|---|---|"]
+    for layer in summary["layers"]:
+        note = "; ".join(layer["reasons"][:3]).replace("|", "\\|")
+        lines.append(f"| {layer['name']} | **{STATUS_MARK[layer['status']]}** | {layer['passed']} | "
+                     f"{layer['failed']} | {layer['skipped']} | {layer['wall_s']:.0f} | {note} |")
+    lines += ["", f"Required layers: {', '.join(summary['required']) or 'none'}. "
+              f"Live runs: {summary['repeat']}; flips: {len(summary['flips'])}. "
+              f"Wall time {summary['wall_s']:.0f} s.", ""]
+    for layer in summary["layers"]:
+        name = layer["name"]
+        pictures = [f for f in figures if f[0] == name]
+        notes = (data.get(name) or {}).get("notes", [])
+        if not pictures and not notes and not layer["failures"]:
+            continue
+        lines += [f"## {name} ({STATUS_MARK[layer['status']]})", ""]
+        for _, title, path in pictures:
+            lines += [f"![{title}]({path})", "", f"*{title}*", ""]
+        if layer["failures"]:
+            lines += ["Failures:", ""] + [f"- `{f}`" for f in layer["failures"][:20]] + [""]
+        if notes:
+            lines += ["```", *notes, "```", ""]
+    lines += ["## Environment", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in summary["environment"].items()]
+    return "\n".join(lines) + "\n"
+
+
+HTML_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>kdtree-gate nightly: {verdict}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;font-size:14px}}img{{max-width:100%}}
+pre{{background:#f6f6f6;padding:8px;font-size:12px;overflow-x:auto}}</style></head>
+<body data-verdict="{verdict}">
+{body}
+<script>
+window.addEventListener("load", function () {{
+  var imgs = Array.from(document.images);
+  document.body.dataset.imagesLoaded = imgs.filter(function (i) {{ return i.complete && i.naturalWidth > 0; }}).length;
+  document.body.dataset.imagesTotal = imgs.length;
+}});
+</script>
+</body></html>
+"""
+
+
+def write_report(report_dir: Path, summary: dict) -> Path:
+    """Write summary.json, figures/, report.md and report.html; returns the HTML path."""
+    data = _load_data(report_dir)
+    figures = _figures(report_dir, data)
+    summary = {**summary, "figures": [path for _, _, path in figures],
+               "measurements": {layer: d.get("data", []) for layer, d in data.items()}}
+    (report_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    text = render_markdown(summary, data, figures)
+    (report_dir / "report.md").write_text(text)
+    body = markdown.markdown(text, extensions=["tables", "fenced_code"])
+    html = report_dir / "report.html"
+    html.write_text(HTML_PAGE.format(verdict=summary["verdict"], body=body))
+    return html
