@@ -17,6 +17,12 @@ class AllocatorInvariantError(AssertionError):
     """The allocator broke one of its invariants; the message says which and where."""
 
 
+def allocator_device() -> str:
+    """Where the allocator lives: on a CUDA host SGLang's paged allocator runs Triton
+    kernels on device tensors (its production path), elsewhere its torch fallbacks on CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def make_allocator(page_size: int, pool_tokens: int):
     """Build SGLang's allocator for this page size exactly as a normal (non-disaggregated)
     server does: ``TokenToKVPoolAllocator`` for page size 1, else
@@ -28,7 +34,7 @@ def make_allocator(page_size: int, pool_tokens: int):
     if page_size < 1 or pool_tokens < page_size:
         raise ValueError(f"page_size must be >= 1 and pool_tokens >= page_size, "
                          f"got page_size={page_size}, pool_tokens={pool_tokens}")
-    common = dict(dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    common = dict(dtype=torch.bfloat16, device=allocator_device(), kvcache=None, need_sort=False)
     if page_size == 1:
         return TokenToKVPoolAllocator(pool_tokens, **common)
     return PagedTokenToKVPoolAllocator(pool_tokens, page_size=page_size, **common)
@@ -57,6 +63,7 @@ class AllocatorDriver:
 
     def __init__(self, allocator):
         self.allocator = allocator
+        self.device = torch.device(getattr(allocator, "device", "cpu"))
         self.page_size = int(allocator.page_size)
         self.capacity = (int(allocator.size) // self.page_size) * self.page_size
         self.requests: dict[int, _Request] = {}
@@ -74,10 +81,15 @@ class AllocatorDriver:
         if self.page_size == 1:
             slots = self.allocator.alloc(tokens)
         else:
+            # (prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc, tokens): the
+            # *_cpu arguments are host tensors, the others live on the allocator's device
             zero, seq = torch.tensor([0]), torch.tensor([tokens])
-            slots = self.allocator.alloc_extend(zero, zero, seq, seq, torch.tensor([-1]), tokens)
+            on = self.device
+            slots = self.allocator.alloc_extend(zero.to(on), zero, seq.to(on), seq,
+                                                torch.tensor([-1], device=on), tokens)
         if slots is None:
             return None
+        slots = slots.cpu()
         self._take(slots)
         self.requests[rid] = _Request(slots.clone())
         return slots
@@ -92,10 +104,11 @@ class AllocatorDriver:
             slots = self.allocator.alloc(len(rids))
         else:
             seq = torch.tensor([r.length + 1 for r in reqs])
-            last = torch.tensor([r.last_slot for r in reqs])
-            slots = self.allocator.alloc_decode(seq, seq, last)
+            last = torch.tensor([r.last_slot for r in reqs], device=self.device)
+            slots = self.allocator.alloc_decode(seq.to(self.device), seq, last)
         if slots is None:
             return None
+        slots = slots.cpu()
         self._take(slots)
         for req, slot in zip(reqs, slots.tolist()):
             req.decoded.append(slot)
@@ -107,7 +120,7 @@ class AllocatorDriver:
         slots = req.slots()
         self.calls += 1
         self.in_use[slots] = False
-        self.allocator.free(slots)
+        self.allocator.free(slots.to(self.device))
 
     # -- checks ------------------------------------------------------------------------
     def _take(self, slots: torch.Tensor) -> None:

@@ -25,7 +25,8 @@ class PaddingSlotTokenAllocator(TokenToKVPoolAllocator):
 
     def clear(self):
         super().clear()
-        self.free_pages = torch.cat((torch.zeros(1, dtype=torch.int64), self.free_pages[:-1]))
+        self.free_pages = torch.cat((torch.zeros(1, dtype=torch.int64, device=self.free_pages.device),
+                                     self.free_pages[:-1]))
 
 
 class LeakyPagedAllocator(PagedTokenToKVPoolAllocator):
@@ -35,7 +36,7 @@ class LeakyPagedAllocator(PagedTokenToKVPoolAllocator):
         pages = torch.unique(free_index // self.page_size)
         if pages.numel() > 1:
             keep = pages[1:] * self.page_size
-            super().free((keep[:, None] + torch.arange(self.page_size)).reshape(-1))
+            super().free((keep[:, None] + torch.arange(self.page_size, device=keep.device)).reshape(-1))
 
 
 FAULTS = {
@@ -50,7 +51,9 @@ def make_faulty_allocator(fault: str, page_size: int, pool_tokens: int):
     if fault not in FAULTS:
         raise ValueError(f"fault must be one of {sorted(FAULTS)}, got {fault!r}")
     cls = FAULTS[fault]
-    common = dict(dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    from kdgate.allocator_driver import allocator_device
+
+    common = dict(dtype=torch.bfloat16, device=allocator_device(), kvcache=None, need_sort=False)
     if issubclass(cls, PagedTokenToKVPoolAllocator):
         return cls(pool_tokens, page_size=page_size, **common)
     return cls(pool_tokens, **common)

@@ -103,6 +103,8 @@ def go_no_go(results: list[LayerResult], required: list[str]) -> tuple[bool, lis
     by_name = {r.name: r for r in results}
     reasons += [f"{name}: required but {by_name[name].status}" for name in required
                 if by_name[name].status != "passed"]
+    if results and not any(r.status == "passed" for r in results):
+        reasons.append("no layer ran here: nothing was checked")
     return not reasons, reasons
 
 
@@ -141,13 +143,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if go else 1
 
 
+USAGE = ("usage: kdtree-gate nightly [options]   run the layers, write the report (--help)\n"
+         "       kdtree-gate report DIR           draw a report again from DIR/summary.json")
+
+
 def cli(argv: list[str] | None = None) -> int:
-    """``kdtree-gate <command>``: ``nightly`` is the only command."""
+    """``kdtree-gate nightly ...`` or ``kdtree-gate report DIR``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "nightly":
-        print("usage: kdtree-gate nightly [options]   (kdtree-gate nightly --help)", file=sys.stderr)
-        return 2
-    return main(argv[1:])
+    if argv[:1] == ["nightly"]:
+        return main(argv[1:])
+    if argv[:1] == ["report"] and len(argv) == 2:
+        from kdgate.nightly_report import redraw
+
+        folder = Path(argv[1])
+        if not (folder / "summary.json").is_file():
+            print(f"kdtree-gate report: {folder} has no summary.json (not a nightly report folder)",
+                  file=sys.stderr)
+            return 2
+        print(redraw(folder))
+        return 0
+    print(USAGE, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

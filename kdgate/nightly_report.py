@@ -35,7 +35,8 @@ def environment(args) -> dict:
     """Where the gate ran: GPU, driver, torch, SGLang, kernel build, server."""
     env = {"host": platform.node(), "python": platform.python_version(),
            "torch": _version("torch"), "sglang": _version("sglang"), "kdtree-gate": _version("kdtree-gate"),
-           "endpoint": getattr(args, "endpoint", None) or "embedded llama.cpp server (SmolLM2-135M)"}
+           "server": (getattr(args, "endpoint", None) or "embedded llama.cpp server (SmolLM2-135M)")
+           if "live" in getattr(args, "layers", []) else "none (live layer not run)"}
     try:
         import torch
 
@@ -68,7 +69,8 @@ def _load_data(report_dir: Path) -> dict[str, dict]:
 
 
 def _figures(report_dir: Path, data: dict[str, dict]) -> list[tuple[str, str, str]]:
-    """Draw what the data holds; returns (layer, title, relative path) per picture."""
+    """Draw what the data holds; returns (layer, title, relative path) per picture.
+    Raises ImportError where matplotlib is not installed (GPU hosts often lack it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -179,6 +181,8 @@ def render_markdown(summary: dict, data: dict[str, dict], figures: list[tuple[st
         note = "; ".join(layer["reasons"][:3]).replace("|", "\\|")
         lines.append(f"| {layer['name']} | **{STATUS_MARK[layer['status']]}** | {layer['passed']} | "
                      f"{layer['failed']} | {layer['skipped']} | {layer['wall_s']:.0f} | {note} |")
+    if summary.get("figures_note"):
+        lines += ["", f"*{summary['figures_note']}*"]
     lines += ["", f"Required layers: {', '.join(summary['required']) or 'none'}. "
               f"Live runs: {summary['repeat']}; flips: {len(summary['flips'])}. "
               f"Wall time {summary['wall_s']:.0f} s.", ""]
@@ -197,6 +201,10 @@ def render_markdown(summary: dict, data: dict[str, dict], figures: list[tuple[st
             lines += ["```", *notes, "```", ""]
     lines += ["## Environment", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in summary["environment"].items()]
+    identities = [r for layer in data.values() for r in layer.get("data", []) if r.get("kind") == "server-identity"]
+    if identities:
+        ident = {k: v for k, v in identities[0].items() if k != "kind"}
+        lines.append("| server identity | " + ", ".join(f"{k}={v}" for k, v in ident.items()) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -218,11 +226,25 @@ window.addEventListener("load", function () {{
 """
 
 
+def redraw(report_dir: Path) -> Path:
+    """Draw a report again from its summary.json and data/ (e.g. on a workstation, for a
+    GPU host that had no matplotlib)."""
+    summary = json.loads((report_dir / "summary.json").read_text())
+    for key in ("figures", "figures_note", "measurements"):
+        summary.pop(key, None)
+    return write_report(report_dir, summary)
+
+
 def write_report(report_dir: Path, summary: dict) -> Path:
     """Write summary.json, figures/, report.md and report.html; returns the HTML path."""
     data = _load_data(report_dir)
-    figures = _figures(report_dir, data)
-    summary = {**summary, "figures": [path for _, _, path in figures],
+    try:
+        figures = _figures(report_dir, data)
+        note = None
+    except ImportError as exc:
+        figures, note = [], (f"pictures not drawn here ({exc}); draw them on any machine with "
+                             f"`kdtree-gate report {report_dir}`")
+    summary = {**summary, "figures": [path for _, _, path in figures], "figures_note": note,
                "measurements": {layer: d.get("data", []) for layer, d in data.items()}}
     (report_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     text = render_markdown(summary, data, figures)

@@ -56,10 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fixtures-dir", action="append", default=[], metavar="DIR",
                     help="extra directory of captured verify calls (manifest.json + "
                          "safetensors, as written by KDTREE_CAPTURE_DIR); repeatable")
-    group.addoption("--tie-eps", type=float, default=None, metavar="NATS",
-                    help="near-tie threshold of the tie-aware rule, clamped to [0.05, 0.25] "
-                         "(default 0.10 against --endpoint; 0.25 for the embedded server, "
-                         "calibrated with --calibrate-ties)")
+    group.addoption("--tie-eps", type=float, default=0.10, metavar="NATS",
+                    help="near-tie threshold of the tie-aware rule (default 0.10, clamped to "
+                         "[0.05, 0.25]; --calibrate-ties N suggests one for a server)")
     group.addoption("--request-timeout", type=float, default=600.0, metavar="SECONDS",
                     help="the longest the live layer waits for any one answer (default 600)")
     group.addoption("--systemd-unit", default=None,
@@ -216,28 +215,15 @@ def cuda_device() -> "torch.device":
     return torch.device("cuda", torch.cuda.current_device())
 
 
-# The embedded llama.cpp server on CPU moves greedy logprobs by up to 0.08 nats between a
-# prompt alone and the same prompt inside a burst (batch composition), and near-ties split
-# with gaps up to 0.19 nats (measured with --calibrate-ties; see README): the rule's
-# largest ε is its calibrated default.
-EMBEDDED_TIE_EPS = 0.25
+@pytest.fixture(scope="session")
+def tie_eps(pytestconfig) -> float:
+    from kdgate.tie_rule import clamp_eps
+
+    return clamp_eps(pytestconfig.getoption("--tie-eps"))
 
 
 @pytest.fixture(scope="session")
-def tie_eps(pytestconfig, gate_options, gate_notes) -> float:
-    from kdgate.tie_rule import EPS_DEFAULT, clamp_eps
-
-    given = pytestconfig.getoption("--tie-eps")
-    if given is not None:
-        return clamp_eps(given)
-    if gate_options.endpoint:
-        return EPS_DEFAULT
-    gate_notes.append(f"tie rule: eps {EMBEDDED_TIE_EPS} (the embedded server's calibrated default)")
-    return EMBEDDED_TIE_EPS
-
-
-@pytest.fixture(scope="session")
-def live_client(gate_options, gate_notes, pytestconfig):
+def live_client(gate_options, gate_notes, gate_data, pytestconfig):
     """A client for the server the live layer judges: --endpoint (after --wait-ready), or
     the embedded llama.cpp server started here and stopped at the end of the session."""
     from kdgate.live_client import LiveClient
@@ -250,6 +236,7 @@ def live_client(gate_options, gate_notes, pytestconfig):
             wait_ready(client, gate_options.wait_ready_s,
                        systemd_unit=pytestconfig.getoption("--systemd-unit"))
         gate_notes.append(f"live layer against {gate_options.endpoint}")
+        gate_data.append({"kind": "server-identity", **client.identity()})
         yield client
         return
     from kdgate.embedded_server import EmbeddedServer, EmbeddedServerUnavailable
@@ -260,6 +247,7 @@ def live_client(gate_options, gate_notes, pytestconfig):
         pytest.skip(f"not run: no --endpoint and {exc}")
     with server as client:
         gate_notes.append(f"live layer against the embedded server {server.url} ({server.model.name})")
+        gate_data.append({"kind": "server-identity", **client.identity()})
         yield client
 
 

@@ -63,6 +63,7 @@ def test_go_needs_every_ran_layer_passed_and_every_required_layer_run():
     assert go_no_go(layers, []) == (True, [])
     assert go_no_go(layers, ["kernel"]) == (False, ["kernel: required but not run"])
     assert go_no_go(layers + [LayerResult("live", "failed")], [])[0] is False
+    assert go_no_go([LayerResult("kernel", "not run")], []) == (False, ["no layer ran here: nothing was checked"])
 
 
 def test_flips_are_listed():
