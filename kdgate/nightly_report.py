@@ -102,8 +102,9 @@ def _figures(report_dir: Path, data: dict[str, dict]) -> list[tuple[str, str, st
                     if r.get(who):
                         for i, (_, _, n) in enumerate(r[who]["histogram"]):
                             counts[i] += n
-                ax.bar([i + offset for i in range(len(edges))], [max(c, 0.5) for c in counts], width=0.4,
-                       label=label, log=True)
+                ax.bar([i + offset for i in range(len(edges))],
+                       [c if c > 0 else float("nan") for c in counts],   # empty bins: no bar
+                       width=0.4, label=label, log=True)
             ax.set_xticks(range(len(edges)), edges, rotation=30, fontsize=7)
             ax.set_title(f"{group}: {len(rows)} cases")
             ax.set_xlabel("scaled ULP error")
