@@ -73,8 +73,9 @@ def pytest_command(layer: str, args: argparse.Namespace, junit: Path, data: Path
     return cmd
 
 
-def run_layer(layer: str, args: argparse.Namespace, run_index: int = 0, progress=print) -> tuple[LayerResult, Path]:
+def run_layer(layer: str, args: argparse.Namespace, run_index: int = 0, progress=None) -> tuple[LayerResult, Path]:
     """Run one layer's pytest; returns its verdict and its JUnit file."""
+    progress = progress or (lambda line: print(line, flush=True))
     out = args.report_dir
     suffix = "" if run_index == 0 else f"-run{run_index + 1}"
     junit, data, log = (out / "junit" / f"{layer}{suffix}.xml", out / "data" / f"{layer}{suffix}.json",
