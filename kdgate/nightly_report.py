@@ -129,7 +129,11 @@ def _figures(report_dir: Path, data: dict[str, dict]) -> list[tuple[str, str, st
 
     for n, grid in enumerate(r for r in records if r.get("kind") == "coverage-grid"):
         fig, ax = plt.subplots(figsize=(2 + 1.2 * len(grid["hooks"]), 1 + 0.35 * grid["tp_size"]))
-        ax.imshow(grid["grid"], cmap="RdYlGn", vmin=0, vmax=2, aspect="auto")
+        from matplotlib.colors import ListedColormap
+
+        # exactly once is right (green); missing (red) and repeated (orange) are not
+        ax.imshow([[min(c, 2) for c in row] for row in grid["grid"]],
+                  cmap=ListedColormap(["#e57373", "#81c784", "#ffb74d"]), vmin=0, vmax=2, aspect="auto")
         for rank, row in enumerate(grid["grid"]):
             for h, count in enumerate(row):
                 ax.text(h, rank, str(count), ha="center", va="center", fontsize=8)
@@ -155,7 +159,12 @@ def _figures(report_dir: Path, data: dict[str, dict]) -> list[tuple[str, str, st
         ax2.set_ylabel("tie gap at the divergence (nats)")
         for ax in (ax1, ax2):
             ax.tick_params(axis="x", labelrotation=90, labelsize=6)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+        if not any(r["first_divergence"] is not None for r in ties):
+            ax2.text(0.5, 0.5, f"no divergence: all {len(ties)} comparisons\nequal token for token",
+                     ha="center", va="center", transform=ax2.transAxes)
+            ax2.set_xticks([])
         save(fig, "live-divergence.png", "live", "Live: first-divergence positions and tie gaps per prompt")
 
     perf = [r for r in records if r.get("kind") == "perf"]
