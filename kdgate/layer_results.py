@@ -36,6 +36,22 @@ def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0][:300] if (text or "").strip() else ""
 
 
+def _cases(junit_path: Path):
+    """(test id, "passed" | "failed" | "skipped", first line of the message) per test case."""
+    for suite in JUnitXml.fromfile(str(junit_path)):
+        for case in suite:
+            results = list(case.result)
+            bad = [r for r in results if isinstance(r, (Failure, Error))]
+            skip = [r for r in results if isinstance(r, Skipped)]
+            test_id = f"{case.classname}::{case.name}"
+            if bad:
+                yield test_id, "failed", _first_line(bad[0].message or bad[0].text)
+            elif skip:
+                yield test_id, "skipped", _first_line(skip[0].message) or "skipped"
+            else:
+                yield test_id, "passed", ""
+
+
 def read_layer(name: str, junit_path: Path, exit_code: int, wall_s: float,
                log_tail: str = "") -> LayerResult:
     """The verdict of layer ``name`` from its JUnit file and pytest's exit code."""
@@ -47,21 +63,15 @@ def read_layer(name: str, junit_path: Path, exit_code: int, wall_s: float,
                                     f"{_first_line(log_tail[-600:]) or 'see its log'}"])
     result = LayerResult(name, "not run", wall_s=wall_s)
     skip_reasons: dict[str, int] = {}
-    for suite in JUnitXml.fromfile(str(junit_path)):
-        for case in suite:
-            outcomes = list(case.result)
-            test_id = f"{case.classname}::{case.name}"
-            bad = [o for o in outcomes if isinstance(o, (Failure, Error))]
-            if bad:
-                result.failed += 1
-                result.failures.append(f"{test_id}: {_first_line(bad[0].message or bad[0].text)}")
-            elif any(isinstance(o, Skipped) for o in outcomes):
-                result.skipped += 1
-                skip = next(o for o in outcomes if isinstance(o, Skipped))
-                reason = _first_line(skip.message) or "skipped"
-                skip_reasons[reason] = skip_reasons.get(reason, 0) + 1
-            else:
-                result.passed += 1
+    for test_id, outcome, message in _cases(junit_path):
+        if outcome == "failed":
+            result.failed += 1
+            result.failures.append(f"{test_id}: {message}")
+        elif outcome == "skipped":
+            result.skipped += 1
+            skip_reasons[message] = skip_reasons.get(message, 0) + 1
+        else:
+            result.passed += 1
     if result.failed or (exit_code not in (0, PYTEST_NO_TESTS) and not result.passed):
         result.status = "failed"
         result.reasons = result.failures[:20] or [f"pytest exited with code {exit_code}"]
@@ -88,11 +98,4 @@ def outcomes(junit_path: Path) -> dict[str, str]:
     """test id -> passed | failed | skipped, from one JUnit file (empty if missing)."""
     if not junit_path.is_file():
         return {}
-    out = {}
-    for suite in JUnitXml.fromfile(str(junit_path)):
-        for case in suite:
-            kinds = list(case.result)
-            out[f"{case.classname}::{case.name}"] = (
-                "failed" if any(isinstance(o, (Failure, Error)) for o in kinds)
-                else "skipped" if any(isinstance(o, Skipped) for o in kinds) else "passed")
-    return out
+    return {test_id: outcome for test_id, outcome, _ in _cases(junit_path)}

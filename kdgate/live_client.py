@@ -97,32 +97,32 @@ class LiveClient:
     def _headers(self) -> dict:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
-    def _request(self, method: str, path: str, body: dict | None = None,
-                 timeout_s: float | None = None) -> dict:
-        url = self.base_url + path
+    def _send(self, method: str, path: str, body: dict | None = None,
+              timeout_s: float | None = None, stream: bool = False) -> requests.Response:
+        """One HTTP exchange; transport failures and HTTP >= 400 become ServerError."""
         try:
-            response = self._session.request(method, url, json=body, headers=self._headers(),
+            response = self._session.request(method, self.base_url + path, json=body,
+                                             headers=self._headers(), stream=stream,
                                              timeout=timeout_s or self.timeout_s)
-        except requests.Timeout as exc:
+        except requests.Timeout:
             raise ServerError(f"{method} {path}: no answer within {timeout_s or self.timeout_s:g}s") from None
         except requests.ConnectionError as exc:
             raise ServerError(f"{method} {path}: {_connection_problem(exc)} ({self.base_url})") from None
+        except requests.RequestException as exc:
+            raise ServerError(f"{method} {path}: {type(exc).__name__}") from None
         if response.status_code >= 400:
-            raise ServerError(f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}")
+            text = "" if stream else f": {response.text[:300]}"
+            response.close()
+            raise ServerError(f"{method} {path}: HTTP {response.status_code}{text}")
+        return response
+
+    def _request(self, method: str, path: str, body: dict | None = None,
+                 timeout_s: float | None = None) -> dict:
+        response = self._send(method, path, body, timeout_s)
         try:
             return response.json()
         except (json.JSONDecodeError, ValueError):
             raise ServerError(f"{method} {path}: answer is not JSON: {response.text[:200]!r}") from None
-
-    def _request_raw(self, method: str, path: str, timeout_s: float | None = None) -> requests.Response:
-        try:
-            response = self._session.request(method, self.base_url + path, headers=self._headers(),
-                                             timeout=timeout_s or self.timeout_s)
-        except requests.RequestException as exc:
-            raise ServerError(f"{method} {path}: {type(exc).__name__}") from None
-        if response.status_code >= 400:
-            raise ServerError(f"{method} {path}: HTTP {response.status_code}")
-        return response
 
     # -- server facts -------------------------------------------------------------------
     def flavor(self) -> str:
@@ -204,7 +204,7 @@ class LiveClient:
         """The server's own health check (SGLang: /health_generate runs a generation)."""
         path = "/health_generate" if self.flavor() == "sglang" else "/health"
         try:
-            self._request_raw("GET", path, timeout_s=min(self.timeout_s, 60))
+            self._send("GET", path, timeout_s=min(self.timeout_s, 60))
             return True
         except ServerError:
             return False
@@ -244,15 +244,9 @@ class LiveClient:
         else:
             path, body = "/v1/completions", {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
                                              "stream": True, **self.extra_body}
-        try:
-            response = self._session.post(self.base_url + path, json=body, headers=self._headers(),
-                                          stream=True, timeout=timeout_s or self.timeout_s)
-        except requests.RequestException as exc:
-            raise ServerError(f"POST {path} (stream): {type(exc).__name__}") from None
+        response = self._send("POST", path, body, timeout_s, stream=True)
         read = 0
         try:
-            if response.status_code >= 400:
-                raise ServerError(f"POST {path} (stream): HTTP {response.status_code}")
             for line in response.iter_lines():
                 if line.startswith(b"data:"):
                     read += 1

@@ -22,11 +22,10 @@ from kdgate.layer_results import LayerResult, flips, outcomes, read_layer
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("kernel", "graph", "allocator", "coverage", "live", "perf")
 DEFAULT_LAYERS = ("kernel", "graph", "allocator", "coverage", "live")
-# options passed through to every layer's pytest (name -> takes a value)
-PASSED_OPTIONS = {"endpoint": True, "api_key": True, "tp_size": True, "server_log": True,
-                  "journal_unit": True, "since": True, "status_dir": True, "wait_ready": True,
-                  "systemd_unit": True, "kernel": True, "tie_eps": True, "expect_hooks": True,
-                  "passkey_mode": True, "request_timeout": True}
+# options passed through, with their value, to every layer's pytest
+PASSED_OPTIONS = ("endpoint", "api_key", "tp_size", "server_log", "journal_unit", "since",
+                  "status_dir", "wait_ready", "systemd_unit", "kernel", "tie_eps", "expect_hooks",
+                  "passkey_mode", "request_timeout")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

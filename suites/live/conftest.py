@@ -7,15 +7,15 @@ import pytest
 from kdgate.generation_snapshot import GenerationSnapshotExtension
 from kdgate.live_prompts import TokenBudget
 
-EMBEDDED_FALLBACK_LIMIT = 4096
+UNREPORTED_LIMIT_FALLBACK = 4096
 
 
 @pytest.fixture(scope="session")
 def context_limit(live_client, gate_notes) -> int:
     limit = live_client.context_limit()
     if limit is None:
-        gate_notes.append(f"live: the server does not report its context limit; using {EMBEDDED_FALLBACK_LIMIT}")
-        return EMBEDDED_FALLBACK_LIMIT
+        gate_notes.append(f"live: the server does not report its context limit; using {UNREPORTED_LIMIT_FALLBACK}")
+        return UNREPORTED_LIMIT_FALLBACK
     return int(limit)
 
 

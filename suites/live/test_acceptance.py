@@ -6,7 +6,7 @@ drafts before it changes any text."""
 
 import pytest
 
-from kdgate.generation_snapshot import SNAPSHOT_DIR, payload
+from kdgate.generation_snapshot import SNAPSHOT_DIR
 from kdgate.live_burst import send_burst
 from kdgate.live_prompts import snapshot_prompts as prompts
 from kdgate.spec_acceptance import acceptance_problem, pooled_acceptance
@@ -33,7 +33,7 @@ def test_speculative_acceptance_holds(live_client, pytestconfig, gate_notes):
     items = prompts()
     live_run = send_burst(live_client, items)
     live = pooled_acceptance(g.meta for g in live_run.values())
-    stored = stored_snapshot(payload(live_client.identity(), {})["identity"])
+    stored = stored_snapshot(live_client.identity())
     before = pooled_acceptance(stored["generations"][p.id].get("meta", {})
                                for p in items if p.id in stored["generations"])
     if live is None and before is None:
