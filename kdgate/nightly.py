@@ -144,12 +144,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 USAGE = ("usage: kdtree-gate nightly [options]   run the layers, write the report (--help)\n"
-         "       kdtree-gate report DIR           draw a report again from DIR/summary.json")
+         "       kdtree-gate report DIR           draw a report again from DIR/summary.json\n"
+         "       kdtree-gate bench [options]      time the kernel vs SGLang and the roofline (--help)")
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """``kdtree-gate nightly ...`` or ``kdtree-gate report DIR``."""
+    """``kdtree-gate nightly ...``, ``kdtree-gate report DIR`` or ``kdtree-gate bench ...``."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from kdgate.perf_bench import main as bench_main
+
+        return bench_main(argv[1:])
     if argv[:1] == ["nightly"]:
         return main(argv[1:])
     if argv[:1] == ["report"] and len(argv) == 2:

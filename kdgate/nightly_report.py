@@ -167,17 +167,22 @@ def _figures(report_dir: Path, data: dict[str, dict]) -> list[tuple[str, str, st
             ax2.set_xticks([])
         save(fig, "live-divergence.png", "live", "Live: first-divergence positions and tie gaps per prompt")
 
-    perf = [r for r in records if r.get("kind") == "perf"]
+    perf = [r for r in records if r.get("kind") == "perf" and r["bs"] == 1 and not r.get("mixed")]
     if perf:
-        fig, ax = plt.subplots(figsize=(6.5, 3.6))
-        for key in sorted({(r["n"], r["heads"]) for r in perf}):
-            rows = sorted((r for r in perf if (r["n"], r["heads"]) == key), key=lambda r: r["ctx"])
-            ax.plot([r["ctx"] for r in rows], [r["speedup"] for r in rows], marker="o", label=f"N {key[0]} H {key[1]}")
-        ax.set_xscale("log")
-        ax.set_xlabel("context")
-        ax.set_ylabel("speedup over SGLang Triton")
-        ax.legend(fontsize=7)
-        save(fig, "perf-speedup.png", "perf", "Kernel speedup vs context")
+        fig, (ax_s, ax_f) = plt.subplots(1, 2, figsize=(11, 3.8))
+        for key in sorted({(r["n"], r["heads"], r["shape"]) for r in perf}):
+            rows = sorted((r for r in perf if (r["n"], r["heads"], r["shape"]) == key), key=lambda r: r["ctx"])
+            label = f"N {key[0]} H {key[1]} {key[2]}"
+            timed = [r for r in rows if r.get("speedup")]
+            if timed:
+                ax_s.plot([r["ctx"] for r in timed], [r["speedup"] for r in timed], marker="o", label=label)
+            ax_f.plot([r["ctx"] for r in rows], [r["roofline_fraction"] for r in rows], marker="o", label=label)
+        ax_s.set(xscale="log", yscale="log", xlabel="context", ylabel="speedup over SGLang extend_attention_fwd")
+        ax_f.set(xscale="log", xlabel="context", ylabel="fraction of roofline", ylim=(0, 1.05))
+        for ax in (ax_s, ax_f):
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=6)
+        save(fig, "perf-speedup.png", "perf", "Kernel speedup and fraction of roofline vs context (batch 1)")
     return made
 
 

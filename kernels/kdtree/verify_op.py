@@ -59,6 +59,8 @@ def _library(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library_path(defines)))
     lib.kdtree_verify_launch.argtypes = [ctypes.POINTER(VerifyParams), ctypes.c_void_p]
     lib.kdtree_verify_launch.restype = ctypes.c_int
+    lib.kdtree_verify_launch_part.argtypes = [ctypes.POINTER(VerifyParams), ctypes.c_void_p, ctypes.c_int]
+    lib.kdtree_verify_launch_part.restype = ctypes.c_int
     lib.kdtree_num_splits.argtypes = [ctypes.c_int64] * 5
     lib.kdtree_num_splits.restype = ctypes.c_int64
     lib.kdtree_row_blocks.argtypes = [ctypes.c_int64] * 2
@@ -244,7 +246,7 @@ def _ptr(t):
 
 def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
             custom_mask, mask_indptr, max_len_extend, sm_scale, lse, debug_checks, is_causal=True,
-            lib=None):
+            lib=None, part=0):
     lib = lib or _library()
     bs, T, H = qo_indptr.shape[0] - 1, q.shape[0], q.shape[1]
     splits, row_blocks = plan(bs, H, max_len_extend, q.device, lib)
@@ -270,7 +272,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
     )
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        code = lib.kdtree_verify_launch(ctypes.byref(p), ctypes.c_void_p(stream))
+        code = lib.kdtree_verify_launch_part(ctypes.byref(p), ctypes.c_void_p(stream), part)
     if code != 0:
         raise RuntimeError(f"kdtree verify launch failed: {lib.kdtree_error_string(code).decode()}")
     if debug_checks:
@@ -351,6 +353,24 @@ def op_arguments(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_
     return (q_extend, k_extend, v_extend, o_extend, k_buffer, qo_indptr, kv_indptr, kv_indices,
             custom_mask, mask_indptr, max_len_extend, float(sm_scale), lse_extend,
             bool(debug_checks), bool(is_causal))
+
+
+LAUNCH_PARTS = {"all": 0, "main": 1, "combine": 2}
+
+
+def launch_part(part: str, *args, **kwargs) -> int:
+    """Benchmark hook: launch only part of a call in SGLang's form ("all", "main": the
+    split kernel, "combine": the merge of the splits, reading the workspace the last
+    "main" wrote). Returns the number of KV splits the call uses (1: no combine)."""
+    if part not in LAUNCH_PARTS:
+        raise ValueError(f"part must be one of {sorted(LAUNCH_PARTS)}, got {part!r}")
+    (q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
+     mask_indptr, max_len_extend, sm_scale, lse, debug_checks, is_causal) = op_arguments(*args, **kwargs)
+    check_arguments(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
+                    custom_mask, mask_indptr, max_len_extend, sm_scale, lse)
+    _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
+            mask_indptr, max_len_extend, sm_scale, lse, False, is_causal, part=LAUNCH_PARTS[part])
+    return plan(qo_indptr.shape[0] - 1, q.shape[1], max_len_extend, q.device)[0]
 
 
 def tree_verify_fwd(*args, **kwargs) -> bool:

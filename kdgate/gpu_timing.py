@@ -1,0 +1,116 @@
+"""GPU timing: one call replayed from a CUDA graph between L2 flushes, CUDA events, median.
+
+A call is captured once into a CUDA graph (all of its kernels: main and combine), so
+host launch cost never shows; before every timed replay a 512 MiB buffer is written so
+no input is served from the 50 MB L2. Also measures the device's two ceilings in the
+same process: device-to-device copy bandwidth and a large bf16 matmul's rate.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from kdgate.roofline import Ceilings
+
+FLUSH_BYTES = 512 << 20
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Microseconds per call over ``reps`` timed replays."""
+
+    median_us: float
+    p10_us: float
+    p90_us: float
+    reps: int
+    graph: bool
+
+    def as_dict(self) -> dict:
+        return {"median_us": self.median_us, "p10_us": self.p10_us, "p90_us": self.p90_us,
+                "reps": self.reps, "graph": self.graph}
+
+
+class L2Flush:
+    def __init__(self, device):
+        self.buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+
+    def __call__(self):
+        self.buffer.fill_(0x5A5A5A5A)
+
+
+def capture(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAGraph:
+    """Run ``fn`` eagerly ``warmup`` times (JIT, workspaces), then capture one call."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def time_call(fn: Callable[[], object], reps: int = 30, flush: L2Flush | None = None,
+              use_graph: bool = True) -> Timing:
+    """Median time of one call of ``fn`` (replayed from a CUDA graph unless capture fails
+    or ``use_graph`` is False), each replay preceded by ``flush`` when given."""
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    graph = None
+    if use_graph:
+        try:
+            graph = capture(fn)
+        except Exception:  # a baseline that cannot be captured is timed eagerly
+            torch.cuda.synchronize()
+            graph = None
+    run = graph.replay if graph is not None else fn
+    if graph is None:
+        fn()
+    times = []
+    for _ in range(reps):
+        if flush is not None:
+            flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    times.sort()
+    q = statistics.quantiles(times, n=10) if len(times) > 1 else [times[0]] * 9
+    return Timing(statistics.median(times), q[0], q[-1], reps, graph is not None)
+
+
+def time_sequence(fns: list[Callable[[], object]], reps: int = 20) -> float:
+    """Microseconds per call when all of ``fns`` run back to back inside one CUDA graph
+    (no flush: the serving loop of many layers, each on its own inputs)."""
+    def all_calls():
+        for fn in fns:
+            fn()
+    timing = time_call(all_calls, reps=reps, flush=None)
+    return timing.median_us / len(fns)
+
+
+def measure_ceilings(device="cuda") -> Ceilings:
+    """Copy bandwidth (2 GiB device-to-device copy, bytes read + written) and the bf16
+    matmul rate (8192^3), medians of 10."""
+    a = torch.empty(1 << 30, dtype=torch.bfloat16, device=device)
+    b = torch.empty_like(a)
+    copy = time_call(lambda: b.copy_(a), reps=10, use_graph=False)
+    copy_gbps = 2 * a.numel() * a.element_size() / (copy.median_us * 1e-6) / 1e9
+    del a, b
+    x = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
+    y = torch.randn_like(x)
+    mm = time_call(lambda: x @ y, reps=10, use_graph=False)
+    tflops = 2 * 8192 ** 3 / (mm.median_us * 1e-6) / 1e12
+    del x, y
+    torch.cuda.empty_cache()
+    return Ceilings(copy_gbps=copy_gbps, matmul_tflops=tflops)

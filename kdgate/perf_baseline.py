@@ -1,0 +1,98 @@
+"""The committed perf baseline and the comparison the perf layer fails on.
+
+A baseline is a benchmark result (``kdgate.perf_bench`` JSON) saved on purpose. A case
+*drops* when its fraction of roofline in this run is below the baseline's by more than
+``tolerance`` (relative): fractions are ratios measured within each run (kernel time vs
+that run's copy and matmul ceilings), so a slower or faster clock on the same GPU model
+moves both sides alike. Runs on a different GPU model are not comparable and are refused.
+Baselines are never overwritten by this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class PerfVerdict:
+    tolerance: float
+    compared: list[dict] = field(default_factory=list)     # {id, baseline, now, ratio}
+    drops: list[dict] = field(default_factory=list)
+    new_cases: list[str] = field(default_factory=list)     # in this run, not in the baseline
+    missing: list[str] = field(default_factory=list)       # in the baseline, not in this run
+    unusable: list[str] = field(default_factory=list)      # kernel output not finite
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.compared) and not self.drops and not self.unusable
+
+    def describe(self) -> str:
+        lines = [f"Against the baseline (tolerance {self.tolerance:.0%}): {len(self.compared)} cases "
+                 f"compared, {len(self.drops)} dropped, {len(self.new_cases)} new, "
+                 f"{len(self.missing)} not run."]
+        if not self.compared:
+            lines.append("No case of this run is in the baseline: nothing was compared.")
+        for d in self.drops:
+            lines.append(f"- DROP {d['id']}: fraction of roofline {d['now']:.3f} vs baseline "
+                         f"{d['baseline']:.3f} ({d['ratio']:.2f}x)")
+        for case_id in self.unusable:
+            lines.append(f"- BAD {case_id}: the kernel's output was not finite")
+        return "\n".join(lines)
+
+
+def load_baseline(path: Path) -> dict:
+    """A saved benchmark result; raises ValueError naming the file when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"perf baseline {path}: not a readable JSON file ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise ValueError(f"perf baseline {path}: expected a benchmark result with a 'cases' list")
+    return data
+
+
+def write_baseline(path: Path, result: dict) -> None:
+    """Save ``result`` as a new baseline; refuses to replace an existing file."""
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists: a baseline is replaced only by removing it first")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "x") as sink:
+        json.dump(result, sink, indent=1)
+
+
+def same_gpu(run: dict, baseline: dict) -> tuple[bool, str]:
+    """Whether the two results come from the same GPU model, and the two names."""
+    a = run.get("environment", {}).get("gpu")
+    b = baseline.get("environment", {}).get("gpu")
+    return a == b, f"this run: {a}; baseline: {b}"
+
+
+def compare(run: dict, baseline: dict, tolerance: float = 0.10) -> PerfVerdict:
+    """Case-by-case comparison of fractions of roofline (see the module docstring)."""
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    ok, names = same_gpu(run, baseline)
+    if not ok:
+        raise ValueError(f"perf baseline is for another GPU model ({names}): not comparable")
+    base = {c["id"]: c for c in baseline["cases"]}
+    verdict = PerfVerdict(tolerance)
+    seen = set()
+    for case in run["cases"]:
+        seen.add(case["id"])
+        if not case.get("kernel_output_finite", True):
+            verdict.unusable.append(case["id"])
+        old = base.get(case["id"])
+        if old is None:
+            verdict.new_cases.append(case["id"])
+            continue
+        now_f = case["figures"]["roofline_fraction"]
+        old_f = old["figures"]["roofline_fraction"]
+        entry = {"id": case["id"], "baseline": old_f, "now": now_f, "ratio": now_f / old_f}
+        verdict.compared.append(entry)
+        if now_f < old_f * (1 - tolerance):
+            verdict.drops.append(entry)
+    verdict.missing = sorted(set(base) - seen)
+    return verdict

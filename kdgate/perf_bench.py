@@ -1,0 +1,274 @@
+"""The kernel benchmark: ``kdtree-gate bench`` (or ``python -m kdgate.perf_bench``).
+
+In one process on one GPU: measures the copy-bandwidth and matmul ceilings, then for
+every case of the chosen matrix times the kdtree kernel (whole call, and its combine
+alone), SGLang's ``extend_attention_fwd`` (every case) and ``verify_shared_kv_fwd``
+(chains) on identical inputs, and checks the kernel's output against Triton's on the
+same inputs (a benchmark of a wrong kernel is worthless). Writes ``bench.json`` (schema
+below), ``bench.md`` (the table) and ``bench.png`` (time and fraction of roofline vs
+context) into ``--out``, and prints the table last. ``--baseline FILE`` compares each
+case's fraction of roofline with a committed baseline (exit 1 on a drop > tolerance).
+
+``bench.json``: {"schema": 1, "matrix", "environment", "ceilings": {copy_gbps,
+matmul_tflops}, "cases": [{id, case fields, lengths, splits, kernel {median_us, ...},
+combine_us, combine_share, figures {gbps, tflops, roofline_fraction, ...},
+extend_us, verify_shared_us, speedup_extend, speedup_verify_shared, max_abs_diff,
+rel_l2_vs_triton}], "layer_loop": {...}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from kdgate.perf_matrix import MATRICES, PerfCase, matrix
+
+SCHEMA = 1
+MIN_BASELINE_REPS, MAX_BASELINE_REPS = 3, 20
+
+
+def environment() -> dict:
+    import torch
+
+    env = {"python": platform.python_version(), "torch": torch.__version__,
+           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update(gpu=props.name, sms=props.multi_processor_count,
+                   capability=f"{props.major}.{props.minor}")
+    for module in ("triton", "sglang"):
+        try:
+            env[module] = __import__(module).__version__
+        except Exception as exc:  # reported, not fatal: the baseline columns say why
+            env[module] = f"unavailable ({type(exc).__name__})"
+    try:
+        from kdtree.verify_op import kernel_build_hash
+
+        env["kernel_build"] = kernel_build_hash()
+    except Exception as exc:
+        env["kernel_build"] = f"unavailable ({type(exc).__name__}: {exc})"
+    return env
+
+
+def _baseline_reps(fn, budget_s: float) -> int:
+    """Replays a slow baseline gets: as many as fit ``budget_s``, within [3, 20]."""
+    import torch
+
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    once = time.perf_counter() - start
+    return int(max(MIN_BASELINE_REPS, min(MAX_BASELINE_REPS, budget_s / max(once, 1e-6))))
+
+
+def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_s: float = 1.0,
+               baselines: bool = True) -> dict:
+    """Times one case; see the module docstring for the record's fields."""
+    import torch
+
+    from kdgate import baselines as sglang_kernels
+    from kdgate import roofline
+    from kdgate.gpu_timing import time_call
+    from kdgate.perf_inputs import build_perf_inputs
+    from kdtree.verify_op import launch_part, tree_verify_fwd
+
+    inputs = build_perf_inputs(case, "cuda")
+    lengths = list(inputs.case.ctx)
+    out = inputs.new_output()
+    args, kwargs = inputs.call_args(out)
+    record = {"id": case.id, **case.as_dict(), "lengths_sum": sum(lengths),
+              "lengths_min": min(lengths), "lengths_max": max(lengths)}
+
+    kernel = time_call(lambda: tree_verify_fwd(*args, **kwargs), reps=reps, flush=flush)
+    splits = launch_part("main", *args, **kwargs)
+    record["splits"] = splits
+    record["kernel"] = kernel.as_dict()
+    if splits > 1:
+        combine = time_call(lambda: launch_part("combine", *args, **kwargs), reps=reps, flush=flush)
+        record["combine_us"] = combine.median_us
+    else:
+        record["combine_us"] = 0.0
+    record["combine_share"] = min(record["combine_us"] / kernel.median_us, 1.0)
+    record["figures"] = roofline.figures(lengths, case.n, case.heads, kernel.median_us, ceilings)
+    tree_verify_fwd(*args, **kwargs)
+    torch.cuda.synchronize()
+    kernel_out = out.float()
+    record["kernel_output_finite"] = bool(torch.isfinite(kernel_out).all())
+
+    record.update(extend_us=None, verify_shared_us=None, speedup_extend=None,
+                  speedup_verify_shared=None, max_abs_diff=None, rel_l2_vs_triton=None)
+    if baselines:
+        ref_out = inputs.new_output()
+        ref_args, ref_kwargs = inputs.call_args(ref_out)
+        extend = lambda: sglang_kernels.triton_extend_attention(*ref_args, **ref_kwargs)  # noqa: E731
+        n = _baseline_reps(extend, baseline_budget_s)
+        t = time_call(extend, reps=n, flush=flush)
+        record["extend_us"] = t.median_us
+        record["speedup_extend"] = t.median_us / kernel.median_us
+        extend()
+        torch.cuda.synchronize()
+        diff = (kernel_out - ref_out.float())
+        record["max_abs_diff"] = float(diff.abs().max())
+        record["rel_l2_vs_triton"] = float(diff.norm() / ref_out.float().norm().clamp_min(1e-30))
+        if case.shape == "chain":
+            shared = lambda: sglang_kernels.triton_verify_shared_kv(*ref_args, **ref_kwargs)  # noqa: E731
+            if shared():
+                n = _baseline_reps(shared, baseline_budget_s)
+                t = time_call(shared, reps=n, flush=flush)
+                record["verify_shared_us"] = t.median_us
+                record["speedup_verify_shared"] = t.median_us / kernel.median_us
+    del inputs, out, args, kwargs
+    torch.cuda.empty_cache()
+    return record
+
+
+def layer_loop(case: PerfCase, layers: int = 61) -> dict:
+    """Per-call time of ``layers`` calls replayed in one CUDA graph, each on its own
+    inputs (a model's layer loop; no flush, as in serving)."""
+    from kdgate.gpu_timing import time_sequence
+    from kdgate.perf_inputs import build_perf_inputs
+    from kdtree.verify_op import tree_verify_fwd
+
+    calls = []
+    for layer in range(layers):
+        inputs = build_perf_inputs(case, "cuda", seed=layer)
+        args, kwargs = inputs.call_args(inputs.new_output())
+        calls.append(lambda a=args, k=kwargs: tree_verify_fwd(*a, **k))
+    return {"id": case.id, **case.as_dict(), "layers": layers, "per_call_us": time_sequence(calls)}
+
+
+def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
+        baselines: bool = True, progress=print, with_layer_loop: bool = True) -> dict:
+    import torch
+
+    from kdgate.gpu_timing import L2Flush, measure_ceilings
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("not run: no CUDA GPU on this host (torch.cuda.is_available() is False)")
+    env = environment()
+    ceilings = measure_ceilings()
+    progress(f"ceilings: copy {ceilings.copy_gbps:.0f} GB/s, bf16 matmul {ceilings.matmul_tflops:.0f} TFLOP/s")
+    flush = L2Flush("cuda")
+    records = []
+    for i, case in enumerate(cases, 1):
+        started = time.perf_counter()
+        rec = bench_case(case, ceilings, flush, reps, baseline_budget_s, baselines)
+        records.append(rec)
+        progress(f"[{i}/{len(cases)}] {case.id}: {rec['kernel']['median_us']:.1f} us, "
+                 f"{rec['figures']['roofline_fraction']:.2f} of roofline"
+                 + (f", {rec['speedup_extend']:.0f}x extend" if rec["speedup_extend"] else "")
+                 + f" ({time.perf_counter() - started:.1f}s)")
+    loop = None
+    if with_layer_loop:
+        loop = layer_loop(PerfCase(1, 1024, 8, 8, "tree"))
+        progress(f"layer loop {loop['id']}: {loop['per_call_us']:.2f} us per call in a CUDA graph")
+    return {"schema": SCHEMA, "environment": env, "ceilings": ceilings.as_dict(),
+            "cases": records, "layer_loop": loop}
+
+
+def _fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def table(result: dict) -> str:
+    """The summary as a Markdown table (one row per case)."""
+    c = result["ceilings"]
+    lines = [f"Ceilings measured in this run: copy {c['copy_gbps']:.0f} GB/s, bf16 matmul "
+             f"{c['matmul_tflops']:.0f} TFLOP/s. Kernel build {result['environment'].get('kernel_build')}.",
+             "",
+             "| case | bound | kernel µs | floor µs | roofline | GB/s (of copy) | TFLOP/s (of mm) "
+             "| combine | splits | extend µs | × extend | verify_shared µs | × shared | rel L2 vs Triton |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["cases"]:
+        f = r["figures"]
+        lines.append(
+            f"| {r['id']} | {f['bound']} | {r['kernel']['median_us']:.1f} | {f['floor_us']:.1f} | "
+            f"{f['roofline_fraction']:.2f} | {f['gbps']:.0f} ({f['bandwidth_fraction']:.2f}) | "
+            f"{f['tflops']:.0f} ({f['matmul_fraction']:.2f}) | {r['combine_share']:.2f} | {r['splits']} | "
+            f"{_fmt(r['extend_us'], '.1f')} | {_fmt(r['speedup_extend'], '.1f')} | "
+            f"{_fmt(r['verify_shared_us'], '.1f')} | {_fmt(r['speedup_verify_shared'], '.2f')} | "
+            f"{_fmt(r['rel_l2_vs_triton'], '.1e')} |")
+    loop = result.get("layer_loop")
+    if loop:
+        lines += ["", f"Layer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}): "
+                      f"{loop['per_call_us']:.2f} µs per call."]
+    return "\n".join(lines)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kdtree-gate bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--matrix", default="full", choices=sorted(MATRICES),
+                        help="which cases (default full: issue #7's matrix)")
+    parser.add_argument("--only", default="", help="comma-separated substrings: keep cases whose id contains one")
+    parser.add_argument("--out", type=Path, default=Path("reports/bench"), help="output directory")
+    parser.add_argument("--reps", type=int, default=30, help="timed replays per kernel case (median)")
+    parser.add_argument("--baseline-budget-s", type=float, default=1.0,
+                        help="seconds of timed replays allowed per SGLang baseline and case")
+    parser.add_argument("--no-baselines", action="store_true", help="time the kdtree kernel only")
+    parser.add_argument("--baseline", type=Path, help="compare with this committed perf baseline JSON")
+    parser.add_argument("--tolerance", type=float, default=0.10,
+                        help="allowed relative drop of a case's fraction of roofline (default 0.10)")
+    parser.add_argument("--write-baseline", type=Path,
+                        help="also save this run as a new baseline (refuses to replace an existing file)")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error(f"--reps must be >= 1, got {args.reps}")
+    if not 0 <= args.tolerance < 1:
+        parser.error(f"--tolerance must be in [0, 1), got {args.tolerance}")
+    if args.baseline_budget_s <= 0:
+        parser.error(f"--baseline-budget-s must be positive, got {args.baseline_budget_s}")
+    if args.baseline is not None and not args.baseline.is_file():
+        parser.error(f"--baseline: no such file {args.baseline}")
+    if args.write_baseline is not None and args.write_baseline.exists():
+        parser.error(f"--write-baseline: {args.write_baseline} exists; baselines are never replaced "
+                     "silently: remove it first or write to a new path")
+    return args
+
+
+def select(cases: list[PerfCase], only: str) -> list[PerfCase]:
+    keys = [k for k in only.split(",") if k]
+    return [c for c in cases if not keys or any(k in c.id for k in keys)]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cases = select(matrix(args.matrix), args.only)
+    if not cases:
+        print(f"no case of matrix {args.matrix!r} matches --only {args.only!r}", file=sys.stderr)
+        return 2
+    try:
+        result = run(cases, args.reps, args.baseline_budget_s, not args.no_baselines,
+                     progress=lambda line: print(line, flush=True))
+    except RuntimeError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    result["matrix"] = args.matrix
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench.json").write_text(json.dumps(result, indent=1))
+    from kdgate.perf_plot import plot_bench
+
+    plot_bench(result, args.out / "bench.png")
+    text = table(result)
+    status = 0
+    if args.baseline is not None:
+        from kdgate.perf_baseline import compare, load_baseline
+
+        verdict = compare(result, load_baseline(args.baseline), args.tolerance)
+        text += "\n\n" + verdict.describe()
+        status = 0 if verdict.ok else 1
+    if args.write_baseline is not None:
+        from kdgate.perf_baseline import write_baseline
+
+        write_baseline(args.write_baseline, result)
+        text += f"\n\nBaseline written to {args.write_baseline}."
+    (args.out / "bench.md").write_text(text + "\n")
+    print(text)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Perf layer: the kernel's fraction of the roofline per case, against the committed
+baseline (``--perf-baseline``), measured by the benchmark in this process; a slowed
+kernel (no KV split) must be flagged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kdgate.perf_baseline import compare, load_baseline, same_gpu
+from kdgate.perf_matrix import PerfCase, matrix
+
+pytestmark = pytest.mark.perf
+
+# the negative control: long-context batch-1 cases, where one CTA per row block is far
+# from filling the GPU
+SLOWED_CASES = (PerfCase(1, 128 * 1024, 8, 8, "tree"), PerfCase(1, 128 * 1024, 4, 16, "chain"))
+
+
+@pytest.fixture(scope="module")
+def baseline(pytestconfig) -> dict:
+    path = Path(pytestconfig.getoption("--perf-baseline"))
+    if not path.is_file():
+        pytest.fail(f"no perf baseline at {path}: record one on the GPU model it is for with "
+                    f"`kdtree-gate bench --matrix ci --write-baseline {path}` and commit it")
+    return load_baseline(path)
+
+
+@pytest.fixture(scope="module")
+def perf_run(pytestconfig, cuda_device, baseline) -> dict:
+    import torch
+
+    from kdgate.perf_bench import environment, run
+
+    name = torch.cuda.get_device_properties(cuda_device).name
+    ok, names = same_gpu({"environment": {"gpu": name}}, baseline)
+    if not ok:
+        pytest.skip(f"not run: the perf baseline is for another GPU model ({names})")
+    result = run(matrix(pytestconfig.getoption("--perf-matrix")), reps=20, baseline_budget_s=0.5,
+                 progress=lambda line: print(line, flush=True))
+    assert result["environment"]["gpu"] == environment()["gpu"]
+    return result
+
+
+def test_fraction_of_roofline_holds_against_baseline(perf_run, baseline, pytestconfig, gate_notes, gate_data):
+    tolerance = pytestconfig.getoption("--perf-tolerance")
+    verdict = compare(perf_run, baseline, tolerance)
+    for case in perf_run["cases"]:
+        gate_data.append({"kind": "perf", "id": case["id"], "bs": case["bs"], "ctx": case["ctx"],
+                          "n": case["n"], "heads": case["heads"], "shape": case["shape"],
+                          "mixed": case["mixed"], "kernel_us": case["kernel"]["median_us"],
+                          "roofline_fraction": case["figures"]["roofline_fraction"],
+                          "speedup": case["speedup_extend"], "combine_share": case["combine_share"]})
+    gate_notes.append(verdict.describe())
+    assert verdict.ok, verdict.describe()
+
+
+def test_kernel_agrees_with_triton_on_every_benchmark_input(perf_run):
+    bad = [(c["id"], c["rel_l2_vs_triton"]) for c in perf_run["cases"]
+           if not c["kernel_output_finite"] or c["rel_l2_vs_triton"] is None or not c["rel_l2_vs_triton"] < 2e-2]
+    assert not bad, f"kernel output differs from SGLang's Triton kernel (relative L2) on: {bad}"
+
+
+def test_a_slowed_kernel_is_flagged(perf_run, baseline, monkeypatch, pytestconfig):
+    """Negative control: with no workspace the kernel cannot split the KV (one CTA per row
+    block); the comparison must report the drop."""
+    from kdgate.perf_bench import run
+
+    ids = {c["id"] for c in baseline["cases"]}
+    cases = [c for c in SLOWED_CASES if c.id in ids]
+    assert cases, f"the baseline holds none of the control's cases {[c.id for c in SLOWED_CASES]}"
+    monkeypatch.setenv("KDTREE_WORKSPACE_MB", "0")
+    slowed = run(cases, reps=5, baselines=False, progress=lambda line: None, with_layer_loop=False)
+    verdict = compare(slowed, baseline, pytestconfig.getoption("--perf-tolerance"))
+    assert {d["id"] for d in verdict.drops} == {c.id for c in cases}, verdict.describe()

@@ -1,0 +1,165 @@
+"""The benchmark's parts that need no GPU: roofline arithmetic, the matrix, the inputs'
+layout, the baseline comparison, the CLI's argument checks and the picture."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from kdgate import roofline
+from kdgate.perf_baseline import compare, load_baseline, write_baseline
+from kdgate.perf_bench import main as bench_main
+from kdgate.perf_bench import parse_args, select, table
+from kdgate.perf_inputs import build_perf_inputs, paged_slots, request_lengths
+from kdgate.perf_matrix import PerfCase, matrix
+from kdgate.perf_plot import plot_bench
+from kdtree.reference import verify_reference
+
+H200 = roofline.Ceilings(copy_gbps=4100.0, matmul_tflops=790.0)
+
+
+def test_floor_matches_the_documented_h200_figure():
+    # shared/notes/gpu-host.md: bs 1, ctx 65536, N 16, H 8 has a floor of about 23 us
+    assert roofline.call_bytes([65536], 16) == 65552 * 1152
+    assert roofline.call_flops([65536], 16, 8) == 16 * 8 * 65552 * 2176
+    assert roofline.floor_us([65536], 16, 8, H200) == pytest.approx(23.1, abs=0.1)
+    assert roofline.bound_by([65536], 16, 8, H200) == "compute"
+    assert roofline.bound_by([65536], 4, 8, H200) == "memory"
+
+
+def test_figures_are_ratios_of_the_measured_ceilings():
+    floor = roofline.floor_us([16384], 4, 8, H200)
+    f = roofline.figures([16384], 4, 8, 2 * floor, H200)
+    assert f["roofline_fraction"] == pytest.approx(0.5)
+    assert f["bandwidth_fraction"] == pytest.approx(0.5)  # memory-bound: the floor is bandwidth
+    assert f["gbps"] == pytest.approx(H200.copy_gbps / 2)
+    with pytest.raises(ValueError, match="time_us"):
+        roofline.figures([16384], 4, 8, 0.0, H200)
+    with pytest.raises(ValueError, match="copy_gbps"):
+        roofline.Ceilings(copy_gbps=0, matmul_tflops=1)
+
+
+def test_full_matrix_covers_every_axis_of_the_issue():
+    cases = matrix("full")
+    assert len({c.id for c in cases}) == len(cases)
+    assert {c.heads for c in cases} == {8, 16, 128}
+    assert {c.n for c in cases} == {1, 2, 4, 8, 16, 32, 64}
+    assert {c.shape for c in cases} == {"chain", "tree"}
+    assert {c.ctx for c in cases} >= {1024, 4096, 16384, 65536, 131072}
+    assert {c.bs for c in cases} == {1, 4, 8, 32, 128}
+    assert any(c.mixed for c in cases)
+    assert all(c.kv_bytes() <= 24 << 30 for c in cases)
+    ci = matrix("ci")
+    assert len({c.id for c in ci}) == len(ci) and {c.heads for c in ci} == {8, 16}
+
+
+@pytest.mark.parametrize("field, value", [("bs", 0), ("n", 65), ("heads", 1.5), ("shape", "ring"), ("ctx", True)])
+def test_bad_case_names_the_field(field, value):
+    args = dict(bs=1, ctx=1024, n=4, heads=8)
+    args[field] = value
+    with pytest.raises(ValueError, match=field):
+        PerfCase(**args)
+    with pytest.raises(ValueError, match="matrix"):
+        matrix("huge")
+
+
+def test_paged_slots_are_whole_permuted_pages_never_slot_zero():
+    gen = torch.Generator().manual_seed(3)
+    lengths = [100, 1, 64, 300]
+    slots, pool = paged_slots(lengths, 64, gen)
+    assert slots.numel() == sum(lengths) and len(set(slots.tolist())) == slots.numel()
+    assert slots.min() >= 64 and slots.max() < pool  # page 0 (slot 0) is never handed out
+    start = 0
+    for p in lengths:  # inside a page, slots are consecutive
+        run = slots[start:start + p]
+        start += p
+        assert torch.equal(run % 64, torch.arange(p) % 64)
+    pages = torch.unique_consecutive(slots // 64).tolist()
+    assert sorted(pages) == list(range(1, len(pages) + 1)) and pages != sorted(pages)  # permuted
+    assert request_lengths(PerfCase(64, 1000, 4, 8, mixed=True)) != [1000] * 64
+    assert all(1 <= x <= 2000 for x in request_lengths(PerfCase(64, 1000, 4, 8, mixed=True)))
+
+
+@pytest.mark.parametrize("case", [PerfCase(3, 200, 4, 2, "tree", mixed=True, page_size=16),
+                                  PerfCase(2, 130, 3, 2, "chain", page_size=64)], ids=lambda c: c.id)
+def test_benchmark_inputs_never_point_at_a_poisoned_slot(case):
+    """Unowned slots hold NaN; the contract's reads (the fp64 reference) stay finite, and
+    the layout is the one SGLang passes (same checks as the kernel's)."""
+    inputs = build_perf_inputs(case, "cpu")
+    assert torch.isnan(inputs.k_buffer.float()).any()
+    out, _, _ = verify_reference(*inputs.reference_args())
+    assert torch.isfinite(out).all()
+    assert inputs.q.shape == (case.bs * case.n, case.heads, 576)
+    assert inputs.custom_mask.numel() == sum(case.n * (p + case.n) for p in inputs.case.ctx)
+
+
+def _result(fractions: dict[str, float], gpu="NVIDIA H200") -> dict:
+    cases = []
+    for case_id, frac in fractions.items():
+        cases.append({"id": case_id, "bs": 1, "ctx": 4096, "n": 8, "heads": 8, "shape": "tree",
+                      "mixed": False, "kernel": {"median_us": 10.0}, "kernel_output_finite": True,
+                      "figures": {"roofline_fraction": frac, "floor_us": 1.0, "gbps": 1.0, "tflops": 1.0,
+                                  "bandwidth_fraction": 0.1, "matmul_fraction": 0.1, "bound": "memory"},
+                      "combine_share": 0.05, "splits": 4, "extend_us": 100.0, "speedup_extend": 10.0,
+                      "verify_shared_us": None, "speedup_verify_shared": None, "rel_l2_vs_triton": 1e-3,
+                      "lengths_sum": 4096})
+    return {"schema": 1, "environment": {"gpu": gpu, "kernel_build": "x"},
+            "ceilings": {"copy_gbps": 4000.0, "matmul_tflops": 800.0}, "cases": cases}
+
+
+def test_a_drop_beyond_tolerance_fails_and_one_within_passes():
+    base = _result({"a": 0.50, "b": 0.50, "gone": 0.3})
+    within = compare(_result({"a": 0.46, "b": 0.55, "new": 0.1}), base, 0.10)
+    assert within.ok and within.new_cases == ["new"] and within.missing == ["gone"]
+    dropped = compare(_result({"a": 0.44, "b": 0.50}), base, 0.10)
+    assert not dropped.ok and [d["id"] for d in dropped.drops] == ["a"]
+    assert "DROP a" in dropped.describe()
+    assert not compare(_result({"zzz": 0.9}), base).ok  # nothing compared is not a pass
+    bad = _result({"a": 0.9})
+    bad["cases"][0]["kernel_output_finite"] = False
+    assert not compare(bad, base).ok
+    with pytest.raises(ValueError, match="another GPU"):
+        compare(_result({"a": 0.5}, gpu="NVIDIA H100"), base)
+
+
+def test_baselines_are_never_replaced(tmp_path):
+    path = tmp_path / "perf.json"
+    write_baseline(path, _result({"a": 0.5}))
+    before = path.read_text()
+    with pytest.raises(FileExistsError):
+        write_baseline(path, _result({"a": 0.1}))
+    assert path.read_text() == before
+    assert load_baseline(path)["cases"][0]["id"] == "a"
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="cases"):
+        load_baseline(tmp_path / "junk.json")
+    with pytest.raises(SystemExit):
+        parse_args(["--write-baseline", str(path)])
+
+
+@pytest.mark.parametrize("argv", [["--reps", "0"], ["--tolerance", "1.5"], ["--matrix", "huge"],
+                                  ["--baseline", "/nonexistent.json"], ["--baseline-budget-s", "0"]])
+def test_bad_cli_arguments_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    assert argv[0] in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_bench_without_a_gpu_says_not_run(tmp_path, capsys):
+    assert bench_main(["--matrix", "smoke", "--out", str(tmp_path)]) == 2
+    assert "not run: no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "bench.json").exists()
+    assert select(matrix("full"), "ctx128k,h128") and not select(matrix("smoke"), "nomatch")
+
+
+def test_table_and_picture_from_a_result(tmp_path):
+    result = _result({"bs1-ctx4k-n8-h8-tree-p64": 0.4})
+    text = table(result)
+    assert "bs1-ctx4k-n8-h8-tree-p64" in text and "| 0.40 |" in text
+    png = plot_bench(result, tmp_path / "bench.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    json.dumps(result)
