@@ -84,8 +84,9 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
               "lengths_min": min(lengths), "lengths_max": max(lengths)}
 
     kernel = time_call(lambda: tree_verify_fwd(*args, **kwargs), reps=reps, flush=flush)
-    splits = launch_part("main", *args, **kwargs)
+    splits, path = launch_part("main", *args, **kwargs)
     record["splits"] = splits
+    record["path"] = path
     record["kernel"] = kernel.as_dict()
     if splits > 1:
         combine = time_call(lambda: launch_part("combine", *args, **kwargs), reps=reps, flush=flush)
@@ -181,8 +182,8 @@ def table(result: dict) -> str:
              f"{c['matmul_tflops']:.0f} TFLOP/s. Kernel build {result['environment'].get('kernel_build')}.",
              "",
              "| case | bound | kernel µs | floor µs | roofline | GB/s (of copy) | TFLOP/s (of mm) "
-             "| combine | splits | extend µs | × extend | verify_shared µs | × shared | rel L2 vs Triton |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| combine | splits | extend µs | × extend | verify_shared µs | × shared | rel L2 vs Triton | path |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["cases"]:
         f = r["figures"]
         lines.append(
@@ -191,7 +192,7 @@ def table(result: dict) -> str:
             f"{f['tflops']:.0f} ({f['matmul_fraction']:.2f}) | {r['combine_share']:.2f} | {r['splits']} | "
             f"{_fmt(r['extend_us'], '.1f')} | {_fmt(r['speedup_extend'], '.1f')} | "
             f"{_fmt(r['verify_shared_us'], '.1f')} | {_fmt(r['speedup_verify_shared'], '.2f')} | "
-            f"{_fmt(r['rel_l2_vs_triton'], '.1e')} |")
+            f"{_fmt(r['rel_l2_vs_triton'], '.1e')} | {r.get('path', '-')} |")
     loop = result.get("layer_loop")
     if loop:
         lines += ["", f"Layer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}): "

@@ -1,6 +1,8 @@
-// Deterministic combine of the per-split partial states: for each query row, the splits
-// are merged in split order with exact log2-domain rescaling, and the output is rounded
-// to bf16 once. One warp per (token, head) row.
+// Deterministic combine of the per-split partial states. One CTA per (query row, 128-column
+// chunk): 8 warps each merge a fixed subset of the splits (warp w: splits w, w+8, ...)
+// with exact log2-domain weights against the global maximum, then warp 0 adds the 8
+// partial sums in warp order and rounds to bf16 once. Splits that saw nothing (m = -inf)
+// are skipped without reading their partial output.
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -9,7 +11,8 @@
 
 namespace kdtree {
 
-constexpr int kCombineWarps = 4;
+constexpr int kCombineWarps = 8;
+constexpr int kCombineChunks = 4;  // 512 columns = 4 chunks x 32 lanes x float4
 
 // The request that owns token t (binary search in qo_indptr), or -1 when t belongs to no
 // request or lies past its request's max_len_extend rows (never computed).
@@ -29,48 +32,57 @@ __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t
 
 __global__ void __launch_bounds__(kCombineWarps * 32)
 verify_combine_kernel(const VerifyParams p) {
+  __shared__ float4 part[kCombineWarps][32];
+  __shared__ float part_l[kCombineWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t flat = static_cast<int64_t>(blockIdx.x) * kCombineWarps + warp;  // t * H + h
+  const int64_t flat = blockIdx.x;  // t * H + h
+  const int chunk = blockIdx.y;
   if (flat >= p.total_tokens * p.heads) return;
   const int64_t t = flat / p.heads, h = flat % p.heads;
   if (owning_request(p, t) < 0) return;
   const int64_t stride = p.total_tokens * p.heads;
 
   float m = -INFINITY;
-  for (int64_t s = 0; s < p.num_splits; ++s) m = fmaxf(m, p.ws_ml[(s * stride + flat) * 2]);
-  float acc[16];
+  for (int64_t s = lane; s < p.num_splits; s += 32) m = fmaxf(m, p.ws_ml[(s * stride + flat) * 2]);
 #pragma unroll
-  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, off));
+
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float l = 0.f;
   if (m != -INFINITY) {
-    for (int64_t s = 0; s < p.num_splits; ++s) {
-      float ms = p.ws_ml[(s * stride + flat) * 2];
-      if (ms == -INFINITY) continue;  // an empty split: its partial is not read at all
-      float w = exp2f(ms - m);
+    for (int64_t s = warp; s < p.num_splits; s += kCombineWarps) {
+      const float ms = p.ws_ml[(s * stride + flat) * 2];
+      if (ms == -INFINITY) continue;
+      const float w = exp2f(ms - m);
       l += w * p.ws_ml[(s * stride + flat) * 2 + 1];
-      const float4* src = reinterpret_cast<const float4*>(p.ws_acc + (s * stride + flat) * 512);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float4 v = src[lane + 32 * i];
-        acc[4 * i] += w * v.x;
-        acc[4 * i + 1] += w * v.y;
-        acc[4 * i + 2] += w * v.z;
-        acc[4 * i + 3] += w * v.w;
-      }
+      const float4 v = reinterpret_cast<const float4*>(p.ws_acc + (s * stride + flat) * 512 + chunk * 128)[lane];
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
     }
   }
-  float inv = l > 0.f ? 1.f / l : 0.f;
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h;
+  part[warp][lane] = acc;
+  if (lane == 0) part_l[warp] = l;
+  __syncthreads();
+  if (warp != 0) return;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  float total = 0.f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    int64_t col = 4 * (lane + 32 * i);
-    __nv_bfloat162 lo = __floats2bfloat162_rn(acc[4 * i] * inv, acc[4 * i + 1] * inv);
-    __nv_bfloat162 hi = __floats2bfloat162_rn(acc[4 * i + 2] * inv, acc[4 * i + 3] * inv);
-    *reinterpret_cast<__nv_bfloat162*>(out + col) = lo;
-    *reinterpret_cast<__nv_bfloat162*>(out + col + 2) = hi;
+  for (int w = 0; w < kCombineWarps; ++w) {
+    sum.x += part[w][lane].x;
+    sum.y += part[w][lane].y;
+    sum.z += part[w][lane].z;
+    sum.w += part[w][lane].w;
+    total += part_l[w];
   }
-  if (p.lse && lane == 0)
-    p.lse[t * p.lse_stride_t + h] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h +
+                       chunk * 128 + 4 * lane;
+  *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(sum.x * inv, sum.y * inv);
+  *reinterpret_cast<__nv_bfloat162*>(out + 2) = __floats2bfloat162_rn(sum.z * inv, sum.w * inv);
+  if (p.lse && chunk == 0 && lane == 0)
+    p.lse[t * p.lse_stride_t + h] = total > 0.f ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY;
 }
 
 }  // namespace kdtree

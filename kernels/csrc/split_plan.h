@@ -1,20 +1,29 @@
-// Split scheduling over the KV length. The number of splits is chosen on the host from
-// static sizes only (batch, heads, draft width, SM count), so a captured CUDA graph
-// stays valid for any lengths; each CTA derives its own KV range from the request's
-// length in device memory.
+// Kernel path and split scheduling over the KV length. Everything here is chosen on the
+// host from static sizes only (batch, heads, draft width, SM count, shared memory), so a
+// captured CUDA graph stays valid for any lengths; each CTA derives its own KV range from
+// the request's length in device memory.
 #pragma once
 #include <cstdint>
 
 namespace kdtree {
 
-constexpr int kBlockM = 32;   // query rows (draft token x head) per CTA
-constexpr int kBlockN = 32;   // KV positions per tile
-constexpr int kMaxSplits = 32;
+constexpr int kBlockM = 32;   // portable path: query rows (draft token x head) per CTA
+constexpr int kBlockN = 32;   // KV positions per tile (both paths)
+constexpr int kMaxSplits = 32;        // portable path
+constexpr int kMaxSplitsTiled = 128;  // tiled path
+constexpr int kMinChunkTiled = 256;   // tiled path: fewest KV positions a split is given
+
+// Kernel paths. Portable: mma.sync, 4 warps, 32 rows, ~74 KB shared memory (any sm_90a or
+// sm_120a part). Tiled: mma.sync, 8 warps, 32 or 64 rows, a 3-stage cp.async KV pipeline
+// in ~190 KB of shared memory (sm_90a; needs the opt-in shared memory of a Hopper SM).
+enum KernelPath : int64_t { kPathPortable = 0, kPathTiled32 = 1, kPathTiled64 = 2 };
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Splits per request: enough CTAs for about two waves, at most kMaxSplits, and no more
-// than the workspace budget allows.
+inline int64_t path_block_m(int64_t path) { return path == kPathTiled64 ? 64 : 32; }
+
+// Portable path: enough CTAs for about two waves, at most kMaxSplits, and no more than
+// the workspace budget allows.
 inline int64_t choose_num_splits(int64_t bs, int64_t row_blocks, int64_t total_rows,
                                  int64_t num_sms, int64_t workspace_budget_bytes) {
   int64_t ctas = bs * row_blocks;
@@ -25,11 +34,36 @@ inline int64_t choose_num_splits(int64_t bs, int64_t row_blocks, int64_t total_r
   return splits < 1 ? 1 : splits;
 }
 
+// Tiled path (one CTA per SM): the split count whose grid wastes the least of its waves
+// (time ~ waves / splits), the smallest such; at most kMaxSplitsTiled and the workspace
+// budget.
+inline int64_t choose_num_splits_tiled(int64_t bs, int64_t row_blocks, int64_t total_rows,
+                                       int64_t num_sms, int64_t workspace_budget_bytes) {
+  int64_t ctas = bs * row_blocks > 0 ? bs * row_blocks : 1;
+  int64_t limit = 2 * ceil_div(num_sms, ctas);
+  if (limit > kMaxSplitsTiled) limit = kMaxSplitsTiled;
+  int64_t per_split = total_rows * (512 + 2) * 4;
+  int64_t best = 1;
+  double best_time = static_cast<double>(ceil_div(ctas, num_sms));
+  for (int64_t s = 2; s <= limit; ++s) {
+    if (s * per_split > workspace_budget_bytes) break;
+    double time = static_cast<double>(ceil_div(ctas * s, num_sms)) / static_cast<double>(s);
+    if (time < best_time * (1.0 - 1e-9)) {
+      best = s;
+      best_time = time;
+    }
+  }
+  return best;
+}
+
 // KV positions [begin, end) of split `split` for a request of `length` positions: equal
-// chunks rounded up to whole tiles, so every split starts on a tile boundary.
+// chunks rounded up to whole tiles (at least `min_chunk`), so every split starts on a
+// tile boundary; trailing splits of a short request are empty.
 __host__ __device__ inline void split_range(int64_t length, int64_t num_splits, int64_t split,
-                                            int64_t* begin, int64_t* end) {
+                                            int64_t* begin, int64_t* end,
+                                            int64_t min_chunk = 0) {
   int64_t chunk = ceil_div(ceil_div(length, num_splits), kBlockN) * kBlockN;
+  if (chunk < min_chunk) chunk = min_chunk;
   int64_t b = split * chunk;
   int64_t e = b + chunk;
   *begin = b < length ? b : length;

@@ -1,27 +1,90 @@
-// The C ABI the Python side loads with ctypes: plan, launch (main kernel, then the
-// combine when KV is split), all on the caller's stream. No allocation, no host read of
-// per-step data, grid from static sizes only: safe to capture in a CUDA graph.
+// The C ABI the Python side loads with ctypes: plan (kernel path and splits from static
+// sizes), launch (main kernel, then the combine when KV is split), all on the caller's
+// stream. No allocation, no host read of per-step data, grid from static sizes only:
+// safe to capture in a CUDA graph.
 #include <cuda_runtime.h>
 
 #include "combine.cuh"
 #include "mma_sync/verify_kernel.cuh"
 #include "split_plan.h"
+#include "tiled/verify_kernel.cuh"
 #include "verify_params.h"
 
 using kdtree::VerifyParams;
 
-extern "C" {
+namespace {
 
-// Splits for these static sizes (the workspace the caller must provide follows from it).
-int64_t kdtree_num_splits(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms,
-                          int64_t workspace_budget_bytes) {
-  int64_t row_blocks = kdtree::ceil_div(n_max * heads, kdtree::kBlockM);
-  return kdtree::choose_num_splits(bs, row_blocks, bs * n_max * heads, num_sms,
-                                   workspace_budget_bytes);
+// Allow > 48 KiB of dynamic shared memory for `kernel` on the current device (once per
+// device and kernel).
+template <typename Kernel>
+cudaError_t allow_shared_memory(Kernel kernel, int bytes, unsigned long long* configured) {
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  unsigned long long bit = 1ull << (device & 63);
+  if (*configured & bit) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) *configured |= bit;
+  return e;
 }
 
-int64_t kdtree_row_blocks(int64_t heads, int64_t n_max) {
-  return kdtree::ceil_div(n_max * heads, kdtree::kBlockM);
+template <int BM>
+cudaError_t launch_tiled(const VerifyParams& p, cudaStream_t stream) {
+  static unsigned long long configured = 0;
+  constexpr int smem = kdtree::tiled::Tile<BM>::kSmemBytes;
+  cudaError_t e = allow_shared_memory(kdtree::tiled::verify_tiled_kernel<BM>, smem, &configured);
+  if (e != cudaSuccess) return e;
+  dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
+            static_cast<unsigned>(p.num_splits));
+  kdtree::tiled::verify_tiled_kernel<BM><<<grid, kdtree::tiled::kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_portable(const VerifyParams& p, cudaStream_t stream) {
+  static unsigned long long configured = 0;
+  cudaError_t e = allow_shared_memory(kdtree::verify_mma_kernel, kdtree::kSmemBytes, &configured);
+  if (e != cudaSuccess) return e;
+  dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
+            static_cast<unsigned>(p.num_splits));
+  kdtree::verify_mma_kernel<<<grid, kdtree::kThreads, kdtree::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" {
+
+// Shared memory (bytes) a path needs per CTA.
+int64_t kdtree_path_smem(int64_t path) {
+  switch (path) {
+    case kdtree::kPathPortable: return kdtree::kSmemBytes;
+    case kdtree::kPathTiled32: return kdtree::tiled::Tile<32>::kSmemBytes;
+    case kdtree::kPathTiled64: return kdtree::tiled::Tile<64>::kSmemBytes;
+    default: return -1;
+  }
+}
+
+// Plan a call from static sizes. `request`: -1 = the fastest path this device can run,
+// 0 = portable, 1 = tiled. `smem_optin`: the device's opt-in shared memory per block.
+// Writes {path, num_splits, row_blocks} to `out`; returns 0, or 1 when the tiled path
+// was requested and does not fit this device, 2 on a bad argument.
+int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64_t smem_optin,
+                int64_t workspace_budget_bytes, int64_t request, int64_t* out) {
+  if (bs < 1 || heads < 1 || n_max < 1 || num_sms < 1 || request < -1 || request > 1) return 2;
+  const int64_t rows = n_max * heads;
+  const int64_t tiled = rows > 32 ? kdtree::kPathTiled64 : kdtree::kPathTiled32;
+  const bool tiled_fits = kdtree_path_smem(tiled) <= smem_optin;
+  if (request == 1 && !tiled_fits) return 1;
+  const int64_t path = (request == 0 || !tiled_fits) ? kdtree::kPathPortable : tiled;
+  const int64_t block_m = path == kdtree::kPathPortable ? kdtree::kBlockM : kdtree::path_block_m(path);
+  const int64_t row_blocks = kdtree::ceil_div(rows, block_m);
+  const int64_t splits = path == kdtree::kPathPortable
+      ? kdtree::choose_num_splits(bs, row_blocks, bs * rows, num_sms, workspace_budget_bytes)
+      : kdtree::choose_num_splits_tiled(bs, row_blocks, bs * rows, num_sms, workspace_budget_bytes);
+  out[0] = path;
+  out[1] = splits;
+  out[2] = row_blocks;
+  return 0;
 }
 
 // Launch part of a call: 0 = all of it (main kernel, then the combine when KV is split),
@@ -29,26 +92,23 @@ int64_t kdtree_row_blocks(int64_t heads, int64_t n_max) {
 // 1 and 2). Returns a cudaError_t value (0 on success).
 int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, int part) {
   if (part < 0 || part > 2) return static_cast<int>(cudaErrorInvalidValue);
-  static bool configured = false;  // one-time: allow > 48 KiB dynamic shared memory
-  if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(kdtree::verify_mma_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kdtree::kSmemBytes);
-    if (e != cudaSuccess) return static_cast<int>(e);
-    configured = true;
-  }
   const VerifyParams& p = *params;
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
-  dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
-            static_cast<unsigned>(p.num_splits));
-  if (part != 2)
-    kdtree::verify_mma_kernel<<<grid, kdtree::kThreads, kdtree::kSmemBytes, stream>>>(p);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = cudaSuccess;
+  if (part != 2) {
+    switch (p.path) {
+      case kdtree::kPathPortable: e = launch_portable(p, stream); break;
+      case kdtree::kPathTiled32: e = launch_tiled<32>(p, stream); break;
+      case kdtree::kPathTiled64: e = launch_tiled<64>(p, stream); break;
+      default: return static_cast<int>(cudaErrorInvalidValue);
+    }
+  }
   if (e != cudaSuccess || p.num_splits == 1 || part == 1) return static_cast<int>(e);
-  int64_t rows = p.total_tokens * p.heads;
-  unsigned blocks = static_cast<unsigned>(kdtree::ceil_div(rows, kdtree::kCombineWarps));
-  if (blocks > 0)
-    kdtree::verify_combine_kernel<<<blocks, kdtree::kCombineWarps * 32, 0, stream>>>(p);
+  const int64_t rows = p.total_tokens * p.heads;
+  if (rows > 0) {
+    dim3 grid(static_cast<unsigned>(rows), kdtree::kCombineChunks);
+    kdtree::verify_combine_kernel<<<grid, kdtree::kCombineWarps * 32, 0, stream>>>(p);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 

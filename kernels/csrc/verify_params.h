@@ -36,6 +36,7 @@ struct VerifyParams {
   int64_t num_splits, row_blocks;
   int64_t debug_checks;
   int64_t causal;           // is_causal: a draft never sees a later draft, whatever the mask says
+  int64_t path;             // KernelPath (split_plan.h): portable, tiled 32 rows, tiled 64 rows
   double scale_log2;        // sm_scale * log2(e)
 };
 

@@ -49,7 +49,7 @@ class VerifyParams(ctypes.Structure):
             "q_stride_t", "q_stride_h", "ke_stride_t", "ve_stride_t", "kb_stride",
             "o_stride_t", "o_stride_h", "lse_stride_t", "kv_buffer_rows", "kv_indices_len",
             "mask_len", "qo_is_64", "kv_is_64", "bs", "heads", "n_max", "total_tokens",
-            "num_splits", "row_blocks", "debug_checks", "causal")] + [("scale_log2", ctypes.c_double)]
+            "num_splits", "row_blocks", "debug_checks", "causal", "path")] + [("scale_log2", ctypes.c_double)]
 
 
 @lru_cache(maxsize=None)
@@ -61,10 +61,10 @@ def _library(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib.kdtree_verify_launch.restype = ctypes.c_int
     lib.kdtree_verify_launch_part.argtypes = [ctypes.POINTER(VerifyParams), ctypes.c_void_p, ctypes.c_int]
     lib.kdtree_verify_launch_part.restype = ctypes.c_int
-    lib.kdtree_num_splits.argtypes = [ctypes.c_int64] * 5
-    lib.kdtree_num_splits.restype = ctypes.c_int64
-    lib.kdtree_row_blocks.argtypes = [ctypes.c_int64] * 2
-    lib.kdtree_row_blocks.restype = ctypes.c_int64
+    lib.kdtree_plan.argtypes = [ctypes.c_int64] * 7 + [ctypes.POINTER(ctypes.c_int64)]
+    lib.kdtree_plan.restype = ctypes.c_int
+    lib.kdtree_path_smem.argtypes = [ctypes.c_int64]
+    lib.kdtree_path_smem.restype = ctypes.c_int64
     lib.kdtree_error_string.argtypes = [ctypes.c_int]
     lib.kdtree_error_string.restype = ctypes.c_char_p
     return lib
@@ -224,20 +224,43 @@ def _workspace(device: torch.device, acc_floats: int, ml_floats: int) -> dict[st
 
 
 @lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+def _device_limits(index: int) -> tuple[int, int]:
+    """(SM count, opt-in shared memory per block in bytes) of CUDA device ``index``."""
+    props = torch.cuda.get_device_properties(index)
+    return props.multi_processor_count, int(props.shared_memory_per_block_optin)
 
 
 def workspace_budget_bytes() -> int:
     return int(os.environ.get("KDTREE_WORKSPACE_MB", "512")) << 20
 
 
-def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tuple[int, int]:
-    """(num_splits, row_blocks) for these static sizes."""
+PATHS = {"auto": -1, "portable": 0, "tiled": 1}
+PATH_NAMES = {0: "portable", 1: "tiled-32", 2: "tiled-64"}
+
+
+def requested_path() -> str:
+    """``KDTREE_KERNEL_PATH``: auto (default: tiled where the device's shared memory
+    allows, else portable), portable or tiled."""
+    value = os.environ.get("KDTREE_KERNEL_PATH", "auto")
+    if value not in PATHS:
+        raise ValueError(f"KDTREE_KERNEL_PATH must be one of {sorted(PATHS)}, got {value!r}")
+    return value
+
+
+def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tuple[int, int, int]:
+    """(num_splits, row_blocks, path) for these static sizes on ``device``."""
     lib = lib or _library()
     index = device.index if device.index is not None else torch.cuda.current_device()
-    splits = lib.kdtree_num_splits(bs, heads, n_max, _sm_count(index), workspace_budget_bytes())
-    return int(splits), int(lib.kdtree_row_blocks(heads, n_max))
+    sms, smem = _device_limits(index)
+    out = (ctypes.c_int64 * 3)()
+    request = requested_path()
+    code = lib.kdtree_plan(bs, heads, n_max, sms, smem, workspace_budget_bytes(), PATHS[request], out)
+    if code == 1:
+        raise RuntimeError(f"KDTREE_KERNEL_PATH=tiled needs {lib.kdtree_path_smem(2)} bytes of shared "
+                           f"memory per block; this device allows {smem}")
+    if code != 0:
+        raise ValueError(f"kdtree plan: bad sizes bs={bs} heads={heads} n_max={n_max}")
+    return int(out[1]), int(out[2]), int(out[0])
 
 
 def _ptr(t):
@@ -249,7 +272,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
             lib=None, part=0):
     lib = lib or _library()
     bs, T, H = qo_indptr.shape[0] - 1, q.shape[0], q.shape[1]
-    splits, row_blocks = plan(bs, H, max_len_extend, q.device, lib)
+    splits, row_blocks, path = plan(bs, H, max_len_extend, q.device, lib)
     rows = T * H
     ws = _workspace(q.device, splits * rows * VALUE_DIM if splits > 1 else 0, splits * rows * 2)
     if debug_checks:
@@ -268,6 +291,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
         qo_is_64=int(qo_indptr.dtype == torch.int64), kv_is_64=int(kv_indptr.dtype == torch.int64),
         bs=bs, heads=H, n_max=max_len_extend, total_tokens=T, num_splits=splits,
         row_blocks=row_blocks, debug_checks=int(bool(debug_checks)), causal=int(bool(is_causal)),
+        path=path,
         scale_log2=float(sm_scale) * LOG2E,
     )
     with torch.cuda.device(q.device):
@@ -358,10 +382,10 @@ def op_arguments(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_
 LAUNCH_PARTS = {"all": 0, "main": 1, "combine": 2}
 
 
-def launch_part(part: str, *args, **kwargs) -> int:
+def launch_part(part: str, *args, **kwargs) -> tuple[int, str]:
     """Benchmark hook: launch only part of a call in SGLang's form ("all", "main": the
     split kernel, "combine": the merge of the splits, reading the workspace the last
-    "main" wrote). Returns the number of KV splits the call uses (1: no combine)."""
+    "main" wrote). Returns (KV splits of the call (1: no combine), kernel path name)."""
     if part not in LAUNCH_PARTS:
         raise ValueError(f"part must be one of {sorted(LAUNCH_PARTS)}, got {part!r}")
     (q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
@@ -370,7 +394,8 @@ def launch_part(part: str, *args, **kwargs) -> int:
                     custom_mask, mask_indptr, max_len_extend, sm_scale, lse)
     _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
             mask_indptr, max_len_extend, sm_scale, lse, False, is_causal, part=LAUNCH_PARTS[part])
-    return plan(qo_indptr.shape[0] - 1, q.shape[1], max_len_extend, q.device)[0]
+    splits, _, path = plan(qo_indptr.shape[0] - 1, q.shape[1], max_len_extend, q.device)
+    return splits, PATH_NAMES[path]
 
 
 def tree_verify_fwd(*args, **kwargs) -> bool:

@@ -13,6 +13,8 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "../common/mma.cuh"
+#include "../common/request_extent.cuh"
 #include "../split_plan.h"
 #include "../verify_params.h"
 
@@ -25,34 +27,6 @@ constexpr int kThreads = 128;
 constexpr int kColsPerWarp = kValueDim / 2;
 constexpr int kColTiles = kColsPerWarp / 8;  // 32 n-tiles of 8 columns
 constexpr int kSmemBytes = 2 * kBlockM * kLd * 2;  // Q tile + KV tile, bf16
-
-__device__ __forceinline__ int64_t load_index(const void* p, int64_t is_64, int64_t i) {
-  return is_64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
-}
-
-__device__ __forceinline__ void flag_error(const VerifyParams& p, int bit) {
-  if (p.debug_checks) atomicOr(p.error_flag, bit);
-}
-
-__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem_row) {
-  uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
 
 // Copy `dims` bf16 (a multiple of 8) from global `src` to shared `dst` with 16-byte loads;
 // the row is split over `lanes` threads starting at `lane`.
@@ -79,37 +53,18 @@ verify_mma_kernel(const VerifyParams p) {
   const int64_t H = p.heads;
 
   // -- this request's extent (clamped: no read ever leaves its tensor)
-  int64_t qo_start = load_index(p.qo_indptr, p.qo_is_64, b);
-  int64_t qo_len = load_index(p.qo_indptr, p.qo_is_64, b + 1) - qo_start;
-  int64_t kv_start = load_index(p.kv_indptr, p.kv_is_64, b);
-  int64_t prefix = load_index(p.kv_indptr, p.kv_is_64, b + 1) - kv_start;
-  if (qo_len < 0 || qo_len > p.n_max) {
-    if (tid == 0 && blockIdx.x == 0 && split == 0) flag_error(p, kBadQoLength);
-    qo_len = qo_len < 0 ? 0 : p.n_max;
-  }
-  if (qo_start < 0 || qo_start + qo_len > p.total_tokens) {
-    if (tid == 0 && blockIdx.x == 0 && split == 0) flag_error(p, kTokensOutOfRange);
-    return;
-  }
-  if (prefix < 0) {
-    if (tid == 0 && blockIdx.x == 0 && split == 0) flag_error(p, kBadKvLength);
-    prefix = 0;
-  }
-  if (kv_start < 0 || kv_start + prefix > p.kv_indices_len) {
-    if (tid == 0 && blockIdx.x == 0 && split == 0) flag_error(p, kIndicesTooShort);
-    kv_start = kv_start < 0 ? 0 : kv_start;
-    prefix = p.kv_indices_len - kv_start;
-    if (prefix < 0) prefix = 0;
-  }
-#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the last split never writes its part
-  if (p.num_splits > 1 && split == p.num_splits - 1) return;
-#endif
+  RequestExtent ext;
+  if (!request_extent(p, b, tid == 0 && blockIdx.x == 0 && split == 0, &ext)) return;
+  const int64_t qo_start = ext.qo_start, qo_len = ext.qo_len, prefix = ext.prefix;
   const int64_t rows = qo_len * H;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockM;
   if (row0 >= rows) return;
   const int64_t length = prefix + qo_len;
   int64_t j_begin, j_end;
   split_range(length, p.num_splits, split, &j_begin, &j_end);
+#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the split holding the last position never writes
+  if (p.num_splits > 1 && j_begin < j_end && j_end == length) return;
+#endif
   const int64_t mask_base = p.mask ? p.mask_indptr[b] : 0;
 
   // -- rows of this thread: A = row0 + 16*(warp/2) + g, B = A + 8
@@ -150,11 +105,7 @@ verify_mma_kernel(const VerifyParams p) {
       }
       const __nv_bfloat16* src;
       if (j < prefix) {
-        int64_t slot = p.kv_indices[kv_start + j];
-        if (slot < 0 || slot >= p.kv_buffer_rows) {
-          if (tid % 4 == 0) flag_error(p, kSlotOutOfRange);
-          slot = slot < 0 ? 0 : p.kv_buffer_rows - 1;
-        }
+        int64_t slot = prefix_slot(p, ext, j, tid % 4 == 0);
         src = static_cast<const __nv_bfloat16*>(p.k_buffer) + slot * p.kb_stride;
       } else {
         src = static_cast<const __nv_bfloat16*>(p.k_extend) + (qo_start + j - prefix) * p.ke_stride_t;
@@ -195,21 +146,7 @@ verify_mma_kernel(const VerifyParams p) {
         int64_t tok = lower ? tok_b : tok_a;
         bool visible = row_ok && j < j_end;
         if (visible && j >= prefix) {
-          int64_t d = j - prefix;
-          if (p.mask) {
-            int64_t idx = mask_base + tok * length + prefix + d;
-#ifdef KDTREE_FAULT_MASK_SHIFT  // negative control: reads the mask one column off
-            idx += 1;
-#endif
-            if (idx < 0 || idx >= p.mask_len) {
-              flag_error(p, kMaskTooShort);
-              visible = false;
-            } else {
-              visible = p.mask[idx] != 0 && (!p.causal || d <= tok);
-            }
-          } else {
-            visible = d <= tok;  // no mask: a causal chain
-          }
+          visible = draft_visible(p, mask_base, length, prefix, tok, j - prefix);
         }
         float v = visible ? s[n][e] * static_cast<float>(p.scale_log2) : -INFINITY;
         s[n][e] = v;
@@ -322,9 +259,10 @@ verify_mma_kernel(const VerifyParams p) {
     } else {
       int64_t flat = (split * p.total_tokens + tok) * H + h;
       float* ws = p.ws_acc + flat * kValueDim + ch * kColsPerWarp + 2 * t;
+      if (m != -INFINITY)  // a split that saw nothing: the combine reads only its (m, l)
 #pragma unroll
-      for (int i = 0; i < kColTiles; ++i)
-        *reinterpret_cast<float2*>(ws + i * 8) = make_float2(acc[i][half * 2], acc[i][half * 2 + 1]);
+        for (int i = 0; i < kColTiles; ++i)
+          *reinterpret_cast<float2*>(ws + i * 8) = make_float2(acc[i][half * 2], acc[i][half * 2 + 1]);
       if (ch == 0 && t == 0) {
         p.ws_ml[flat * 2] = m;
         p.ws_ml[flat * 2 + 1] = l;

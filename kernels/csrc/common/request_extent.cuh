@@ -1,0 +1,80 @@
+// One request's extent, read from the indptrs in device memory and clamped so that no
+// read ever leaves its tensor; bad lengths set debug flags (both kernel paths).
+#pragma once
+#include <cstdint>
+
+#include "../verify_params.h"
+
+namespace kdtree {
+
+__device__ __forceinline__ int64_t load_index(const void* p, int64_t is_64, int64_t i) {
+  return is_64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+}
+
+__device__ __forceinline__ void flag_error(const VerifyParams& p, int bit) {
+  if (p.debug_checks) atomicOr(p.error_flag, bit);
+}
+
+struct RequestExtent {
+  int64_t qo_start, qo_len;  // draft tokens [qo_start, qo_start + qo_len) of q
+  int64_t kv_start, prefix;  // prefix slots kv_indices[kv_start, kv_start + prefix)
+};
+
+// Request b's extent. `report`: this thread reports bad lengths (one thread per request).
+// Returns false when the request's tokens lie outside q (nothing may be computed).
+__device__ __forceinline__ bool request_extent(const VerifyParams& p, int64_t b, bool report,
+                                               RequestExtent* r) {
+  r->qo_start = load_index(p.qo_indptr, p.qo_is_64, b);
+  r->qo_len = load_index(p.qo_indptr, p.qo_is_64, b + 1) - r->qo_start;
+  r->kv_start = load_index(p.kv_indptr, p.kv_is_64, b);
+  r->prefix = load_index(p.kv_indptr, p.kv_is_64, b + 1) - r->kv_start;
+  if (r->qo_len < 0 || r->qo_len > p.n_max) {
+    if (report) flag_error(p, kBadQoLength);
+    r->qo_len = r->qo_len < 0 ? 0 : p.n_max;
+  }
+  if (r->qo_start < 0 || r->qo_start + r->qo_len > p.total_tokens) {
+    if (report) flag_error(p, kTokensOutOfRange);
+    return false;
+  }
+  if (r->prefix < 0) {
+    if (report) flag_error(p, kBadKvLength);
+    r->prefix = 0;
+  }
+  if (r->kv_start < 0 || r->kv_start + r->prefix > p.kv_indices_len) {
+    if (report) flag_error(p, kIndicesTooShort);
+    r->kv_start = r->kv_start < 0 ? 0 : r->kv_start;
+    r->prefix = p.kv_indices_len - r->kv_start;
+    if (r->prefix < 0) r->prefix = 0;
+  }
+  return true;
+}
+
+// The prefix slot of position j (< prefix), clamped into the KV buffer.
+__device__ __forceinline__ int64_t prefix_slot(const VerifyParams& p, const RequestExtent& r,
+                                               int64_t j, bool report) {
+  int64_t slot = p.kv_indices[r.kv_start + j];
+  if (slot < 0 || slot >= p.kv_buffer_rows) {
+    if (report) flag_error(p, kSlotOutOfRange);
+    slot = slot < 0 ? 0 : p.kv_buffer_rows - 1;
+  }
+  return slot;
+}
+
+// Whether draft row `tok` sees draft column `d` of its request (tree mask or, without one,
+// a causal chain). `mask_base`: the request's mask_indptr entry; `length` = prefix + N.
+__device__ __forceinline__ bool draft_visible(const VerifyParams& p, int64_t mask_base,
+                                              int64_t length, int64_t prefix, int64_t tok,
+                                              int64_t d) {
+  if (!p.mask) return d <= tok;
+  int64_t idx = mask_base + tok * length + prefix + d;
+#ifdef KDTREE_FAULT_MASK_SHIFT  // negative control: reads the mask one column off
+  idx += 1;
+#endif
+  if (idx < 0 || idx >= p.mask_len) {
+    flag_error(p, kMaskTooShort);
+    return false;
+  }
+  return p.mask[idx] != 0 && (!p.causal || d <= tok);
+}
+
+}  // namespace kdtree
