@@ -3,7 +3,7 @@ layers can fail. Each is a candidate for ``--kernel kdgate.broken_kernels:NAME``
 
 * ``mask_shift``    the shipped kernel built with KDTREE_FAULT_MASK_SHIFT: reads the tree
                     mask one column off (an off-by-one in the mask index).
-* ``drop_split``    built with KDTREE_FAULT_DROP_SPLIT: the KV split holding the last position never writes its
+* ``drop_split``    built with KDTREE_FAULT_DROP_SPLIT: the first KV split never writes its
                     partial result (the combine reads stale workspace).
 * ``stale_lengths`` the shipped kernel, but under CUDA-graph capture it reads a copy of
                     the request lengths (kv_indptr) taken at the last eager call, as a kernel

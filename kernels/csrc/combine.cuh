@@ -1,12 +1,13 @@
 // Deterministic combine of the per-split partial states. One CTA per (query row, 128-column
-// chunk): 8 warps each merge a fixed subset of the splits (warp w: splits w, w+8, ...)
-// with exact log2-domain weights against the global maximum, then warp 0 adds the 8
-// partial sums in warp order and rounds to bf16 once. Splits that saw nothing (m = -inf)
+// chunk): 8 warps each merge a fixed subset of the splits (warp w: splits w, w+8, ...,
+// four loads in flight) with exact log2-domain weights against the global maximum, then
+// warp 0 adds the 8 partial sums in warp order and rounds to bf16 once. Splits that saw nothing (m = -inf)
 // are skipped without reading their partial output.
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "split_plan.h"
 #include "verify_params.h"
 
 namespace kdtree {
@@ -34,6 +35,8 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
 verify_combine_kernel(const VerifyParams p) {
   __shared__ float4 part[kCombineWarps][32];
   __shared__ float part_l[kCombineWarps];
+  static_assert(kMaxSplitsTiled <= 32 * kCombineWarps && kMaxSplits <= 32 * kCombineWarps,
+                "one weight per lane: at most 256 splits");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t flat = blockIdx.x;  // t * H + h
   const int chunk = blockIdx.y;
@@ -47,19 +50,43 @@ verify_combine_kernel(const VerifyParams p) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, off));
 
+  // lane i holds the weight of this warp's i-th split (warp + 8 i); splits that saw
+  // nothing weigh 0 and their partial output is never read
+  const int64_t my_split = warp + static_cast<int64_t>(kCombineWarps) * lane;
+  float w_lane = 0.f, l_lane = 0.f;
+  bool live_lane = false;
+  if (m != -INFINITY && my_split < p.num_splits) {
+    const float ms = p.ws_ml[(my_split * stride + flat) * 2];
+    if (ms != -INFINITY) {
+      live_lane = true;
+      w_lane = exp2f(ms - m);
+      l_lane = w_lane * p.ws_ml[(my_split * stride + flat) * 2 + 1];
+    }
+  }
+  float l = l_lane;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffff, l, off);
+  const unsigned live = __ballot_sync(0xffffffff, live_lane);
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float l = 0.f;
-  if (m != -INFINITY) {
-    for (int64_t s = warp; s < p.num_splits; s += kCombineWarps) {
-      const float ms = p.ws_ml[(s * stride + flat) * 2];
-      if (ms == -INFINITY) continue;
-      const float w = exp2f(ms - m);
-      l += w * p.ws_ml[(s * stride + flat) * 2 + 1];
-      const float4 v = reinterpret_cast<const float4*>(p.ws_acc + (s * stride + flat) * 512 + chunk * 128)[lane];
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+  const float* base = p.ws_acc + flat * 512 + chunk * 128 + 4 * lane;
+  for (int i0 = 0; i0 < 32; i0 += 4) {
+    if (!(live >> i0)) break;  // no live split at or after i0
+    float4 v[4];
+    float w[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {  // four independent loads in flight
+      w[u] = __shfl_sync(0xffffffff, w_lane, i0 + u);
+      const int64_t s = warp + static_cast<int64_t>(kCombineWarps) * (i0 + u);
+      v[u] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const float4*>(base + s * stride * 512)
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (!((live >> (i0 + u)) & 1u)) continue;
+      acc.x += w[u] * v[u].x;
+      acc.y += w[u] * v[u].y;
+      acc.z += w[u] * v[u].z;
+      acc.w += w[u] * v[u].w;
     }
   }
   part[warp][lane] = acc;

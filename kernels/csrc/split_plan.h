@@ -11,11 +11,11 @@ constexpr int kBlockM = 32;   // portable path: query rows (draft token x head) 
 constexpr int kBlockN = 32;   // KV positions per tile (both paths)
 constexpr int kMaxSplits = 32;        // portable path
 constexpr int kMaxSplitsTiled = 128;  // tiled path
-constexpr int kMinChunkTiled = 256;   // tiled path: fewest KV positions a split is given
+constexpr int kMinChunkTiled = 128;   // tiled path: fewest KV positions a split is given
 
 // Kernel paths. Portable: mma.sync, 4 warps, 32 rows, ~74 KB shared memory (any sm_90a or
-// sm_120a part). Tiled: mma.sync, 8 warps, 32 or 64 rows, a 3-stage cp.async KV pipeline
-// in ~190 KB of shared memory (sm_90a; needs the opt-in shared memory of a Hopper SM).
+// sm_120a part). Tiled: mma.sync, 8 warps, 32 or 64 rows, a 4-stage cp.async KV pipeline
+// in ~225 KB of shared memory (sm_90a; needs the opt-in shared memory of a Hopper SM).
 enum KernelPath : int64_t { kPathPortable = 0, kPathTiled32 = 1, kPathTiled64 = 2 };
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -1,7 +1,7 @@
 // Tree-verify attention for absorbed MLA, tiled path: mma.sync m16n8k16 (bf16 in, fp32
 // accumulate), 8 warps, BM = 32 or 64 query rows per CTA (draft tokens x heads folded
 // into the tile, so one request's latent KV is read once per row block for all heads and
-// drafts), KV tiles of 32 positions streamed through a 3-stage cp.async pipeline.
+// drafts), KV tiles of 32 positions streamed through a 4-stage cp.async pipeline (slot indices fetched a tile ahead).
 //
 // Warp w owns rows [16*(w % G), +16) of the block (G = BM/16 row groups) and value
 // columns [512/C * (w / G), +512/C) (C = 8/G column slices). S = Q.K^T is split over the
@@ -10,7 +10,7 @@
 // sum l keeps the fp32 probabilities; the output is rounded to bf16 once. With
 // KDTREE_P_HILO, P enters P.V as a bf16 hi + lo pair (~16 bits).
 //
-// Needs ~190 KB of shared memory per CTA (Hopper's opt-in limit is 227 KB); parts with
+// Needs ~225 KB of shared memory per CTA (Hopper's opt-in limit is 227 KB); parts with
 // less use the portable path (mma_sync/verify_kernel.cuh).
 #pragma once
 #include <cuda_bf16.h>
@@ -31,13 +31,14 @@ constexpr int kValueDim = 512;
 constexpr int kLd = kHeadDim + 8;      // padded shared row (bf16): conflict-free ldmatrix
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kStages = 3;
 constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K row
 constexpr int kPLd = kBlockN + 8;      // P row stride (bf16)
 #ifdef KDTREE_P_HILO
 constexpr int kPPlanes = 2;
+constexpr int kStages = 3;
 #else
 constexpr int kPPlanes = 1;
+constexpr int kStages = 4;             // KV tiles in flight + the one being read
 #endif
 
 template <int BM>
@@ -54,21 +55,29 @@ struct Tile {
   static_assert(kColTiles % 2 == 0, "value columns per warp must be a multiple of 16");
 };
 
-// Stage KV positions [j0, j0 + kBlockN) (rows past j_end zero-filled): 8 threads per row,
-// one slot lookup per thread, 16-byte cp.async chunks.
+// The KV row a thread stages for position j: -1 past j_end (zero-filled), -2 a draft
+// position (K from k_extend), else the prefix slot. Fetched one tile ahead of its use so
+// the index load's latency hides behind a tile of math.
+__device__ __forceinline__ int64_t kv_source(const VerifyParams& p, const RequestExtent& ext,
+                                             int64_t j, int64_t j_end, bool report) {
+  if (j >= j_end) return -1;
+  if (j >= ext.prefix) return -2;
+  return prefix_slot(p, ext, j, report);
+}
+
+// Stage KV positions [j0, j0 + kBlockN) with 16-byte cp.async chunks, 8 threads per row;
+// `source` is kv_source() of this thread's row.
 __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const RequestExtent& ext,
-                                             bf16* stage, int64_t j0, int64_t j_end, int tid) {
+                                             bf16* stage, int64_t j0, int64_t source, int tid) {
   const int r = tid / 8, c0 = tid % 8;
-  const int64_t j = j0 + r;
   const bf16* src = static_cast<const bf16*>(p.k_buffer);
-  int bytes = 0;
-  if (j < j_end) {
-    bytes = 16;
-    if (j < ext.prefix)
-      src += prefix_slot(p, ext, j, c0 == 0) * p.kb_stride;
-    else
-      src = static_cast<const bf16*>(p.k_extend) + (ext.qo_start + j - ext.prefix) * p.ke_stride_t;
-  }
+  int bytes = 16;
+  if (source >= 0)
+    src += source * p.kb_stride;
+  else if (source == -2)
+    src = static_cast<const bf16*>(p.k_extend) + (ext.qo_start + j0 + r - ext.prefix) * p.ke_stride_t;
+  else
+    bytes = 0;
   bf16* dst = stage + r * kLd;
 #pragma unroll
   for (int c = c0; c < kChunks; c += 8) cp_async_16(dst + c * 8, bytes ? src + c * 8 : src, bytes);
@@ -101,8 +110,8 @@ verify_tiled_kernel(const VerifyParams p) {
   const int64_t length = prefix + ext.qo_len;
   int64_t j_begin, j_end;
   split_range(length, p.num_splits, split, &j_begin, &j_end, kMinChunkTiled);
-#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the split holding the last position never writes
-  if (p.num_splits > 1 && j_begin < j_end && j_end == length) return;
+#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
+  if (p.num_splits > 1 && split == 0) return;
 #endif
   const int64_t mask_base = p.mask ? p.mask_indptr[b] : 0;
 
@@ -131,10 +140,16 @@ verify_tiled_kernel(const VerifyParams p) {
     }
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < num_tiles) load_kv_tile(p, ext, kv_s + s * kBlockN * kLd, j_begin + s * kBlockN, j_end, tid);
+      if (s < num_tiles) {
+        const int64_t j0 = j_begin + s * kBlockN;
+        load_kv_tile(p, ext, kv_s + s * kBlockN * kLd, j0, kv_source(p, ext, j0 + tid / 8, j_end, tid % 8 == 0), tid);
+      }
       cp_async_commit();
     }
   }
+  // the source of this thread's row in the next tile to stage (consumed one iteration later)
+  int64_t next_source = kStages - 1 < num_tiles
+      ? kv_source(p, ext, j_begin + (kStages - 1) * kBlockN + tid / 8, j_end, tid % 8 == 0) : -1;
 
   const float scale = static_cast<float>(p.scale_log2);
   const bf16* q_frag = q_s + (rg * 16 + (lane % 8) + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16);
@@ -152,31 +167,43 @@ verify_tiled_kernel(const VerifyParams p) {
     __syncthreads();  // tile `it` landed for every thread; tile it-1 is no longer read
     {
       const int64_t next = it + kStages - 1;
-      if (next < num_tiles)
-        load_kv_tile(p, ext, kv_s + (next % kStages) * kBlockN * kLd, j_begin + next * kBlockN, j_end, tid);
+      if (next < num_tiles) {
+        load_kv_tile(p, ext, kv_s + (next % kStages) * kBlockN * kLd, j_begin + next * kBlockN, next_source, tid);
+        next_source = next + 1 < num_tiles
+            ? kv_source(p, ext, j_begin + (next + 1) * kBlockN + tid / 8, j_end, tid % 8 == 0) : -1;
+      }
       cp_async_commit();
     }
 
     // -- S = Q.K^T: this warp's 16 rows x kPos positions, over 576 dims
-    float s[T::kPosTiles][4];
+    float s[T::kPosTiles][4], s2[T::kPosTiles][4];  // even / odd k-steps: two MMA chains
 #pragma unroll
-    for (int n = 0; n < T::kPosTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int n = 0; n < T::kPosTiles; ++n)
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = s2[n][0] = s2[n][1] = s2[n][2] = s2[n][3] = 0.f;
     const bf16* k_frag = kv + k_row * kLd + k_col;
-#pragma unroll 4
-    for (int kk = 0; kk < kHeadDim; kk += 16) {
-      uint32_t a[4];
-      ldmatrix_x4(a, q_frag + kk);
-      if constexpr (T::kPosTiles == 2) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, k_frag + kk);
-        mma_bf16(s[0], a, kb[0], kb[1]);
-        mma_bf16(s[1], a, kb[2], kb[3]);
-      } else {
-        uint32_t kb[2];
-        ldmatrix_x2(kb, k_frag + kk);
-        mma_bf16(s[0], a, kb[0], kb[1]);
+#pragma unroll 2
+    for (int kk = 0; kk < kHeadDim; kk += 32) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float (*acc_s)[4] = half ? s2 : s;
+        uint32_t a[4];
+        ldmatrix_x4(a, q_frag + kk + 16 * half);
+        if constexpr (T::kPosTiles == 2) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, k_frag + kk + 16 * half);
+          mma_bf16(acc_s[0], a, kb[0], kb[1]);
+          mma_bf16(acc_s[1], a, kb[2], kb[3]);
+        } else {
+          uint32_t kb[2];
+          ldmatrix_x2(kb, k_frag + kk + 16 * half);
+          mma_bf16(acc_s[0], a, kb[0], kb[1]);
+        }
       }
     }
+#pragma unroll
+    for (int n = 0; n < T::kPosTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] += s2[n][e];
 
     // -- scale and mask (log2 units); row maxima of this warp's positions
     const bool plain = j0 + kBlockN <= prefix && j0 + kBlockN <= j_end;  // all prefix, all in range
