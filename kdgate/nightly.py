@@ -25,7 +25,7 @@ DEFAULT_LAYERS = ("kernel", "graph", "allocator", "coverage", "live")
 # options passed through, with their value, to every layer's pytest
 PASSED_OPTIONS = ("endpoint", "api_key", "tp_size", "server_log", "journal_unit", "since",
                   "status_dir", "wait_ready", "systemd_unit", "kernel", "tie_eps", "expect_hooks",
-                  "passkey_mode", "request_timeout")
+                  "passkey_mode", "request_timeout", "perf_baseline", "perf_matrix", "perf_tolerance")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,0 +1,67 @@
+"""The host-side plan of the built library (kernel path, splits, row blocks), called
+through ctypes on a machine without a GPU (planning touches no device)."""
+
+import ctypes
+
+import pytest
+
+from kdtree import build
+from kdtree.verify_op import PATHS
+
+H200_SMEM, SM120_SMEM = 232448, 101376   # opt-in shared memory per block (bytes)
+BUDGET = 512 << 20
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    try:
+        build.nvcc_path()
+    except FileNotFoundError as exc:
+        pytest.skip(f"not run: {exc}")
+    out = tmp_path_factory.mktemp("plan") / "libkdtree_verify.so"
+    build.compile_library(out)
+    library = ctypes.CDLL(str(out))
+    library.kdtree_plan.argtypes = [ctypes.c_int64] * 7 + [ctypes.POINTER(ctypes.c_int64)]
+    library.kdtree_plan.restype = ctypes.c_int
+    library.kdtree_path_smem.argtypes = [ctypes.c_int64]
+    library.kdtree_path_smem.restype = ctypes.c_int64
+    return library
+
+
+def plan(lib, bs, heads, n, sms=132, smem=H200_SMEM, budget=BUDGET, request="auto"):
+    out = (ctypes.c_int64 * 3)()
+    code = lib.kdtree_plan(bs, heads, n, sms, smem, budget, PATHS[request], out)
+    return code, tuple(out)
+
+
+def test_tiled_path_fits_hopper_and_not_sm120(lib):
+    assert lib.kdtree_path_smem(2) <= H200_SMEM < lib.kdtree_path_smem(2) + 4096
+    assert lib.kdtree_path_smem(0) <= SM120_SMEM < lib.kdtree_path_smem(1)
+    assert plan(lib, 1, 8, 4)[1][0] == 1            # 32 rows: tiled, 32-row blocks
+    assert plan(lib, 1, 8, 16)[1][0] == 2           # 128 rows: tiled, 64-row blocks
+    assert plan(lib, 1, 8, 16, smem=SM120_SMEM)[1][0] == 0
+    assert plan(lib, 1, 8, 16, request="portable")[1][0] == 0
+    assert plan(lib, 1, 8, 16, smem=SM120_SMEM, request="tiled")[0] == 1   # refused, not faked
+
+
+@pytest.mark.parametrize("bs, heads, n", [(1, 8, 4), (1, 8, 16), (1, 16, 64), (4, 8, 16), (32, 8, 16), (128, 16, 4)])
+def test_splits_fill_the_sms_in_whole_waves(lib, bs, heads, n):
+    code, (path, splits, row_blocks) = plan(lib, bs, heads, n)
+    assert code == 0 and 1 <= splits <= 128
+    assert row_blocks == -(-n * heads // (64 if path == 2 else 32))
+    ctas = bs * row_blocks * splits
+    waves = -(-ctas // 132)
+    assert ctas / (132 * waves) >= 0.95, f"{ctas} CTAs use {ctas / (132 * waves):.0%} of {waves} wave(s)"
+
+
+def test_workspace_budget_bounds_the_splits(lib):
+    code, (_, splits, _) = plan(lib, 1, 8, 16, budget=0)
+    assert code == 0 and splits == 1
+    rows = 16 * 8
+    code, (_, splits, _) = plan(lib, 1, 8, 16, budget=3 * rows * 514 * 4)
+    assert splits <= 3
+
+
+@pytest.mark.parametrize("args", [(0, 8, 4), (1, 0, 4), (1, 8, 0)])
+def test_bad_sizes_are_refused(lib, args):
+    assert plan(lib, *args)[0] == 2
