@@ -138,3 +138,20 @@ def test_the_report_renders_in_a_real_browser(nightly_run, tmp_path):
     subprocess.run([browser, *flags, "--window-size=1200,1600", f"--screenshot={shot}", page.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.is_file() and shot.stat().st_size > 10_000
+
+
+def test_the_h200_perf_report_redraws_its_figure_from_its_data(tmp_path):
+    """The committed H200 perf-layer report (real measurements) drawn again by
+    ``kdtree-gate report``: the speedup / fraction-of-roofline figure comes back."""
+    from kdgate.nightly import cli
+
+    report = tmp_path / "nightly-h200-perf"
+    shutil.copytree(ROOT / "docs" / "nightly-h200-perf", report)
+    (report / "figures" / "perf-speedup.png").unlink()
+    assert cli(["report", str(report)]) == 0
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["verdict"] == "GO" and summary["figures"] == ["figures/perf-speedup.png"]
+    assert (report / "figures" / "perf-speedup.png").read_bytes()[:4] == b"\x89PNG"
+    perf = summary["measurements"]["perf"]
+    assert len([r for r in perf if r.get("kind") == "perf"]) == 29
+    assert "figures/perf-speedup.png" in (report / "report.md").read_text()
