@@ -41,7 +41,10 @@ def test_stopped_after_use_and_after_an_exception():
 
 
 def test_stopped_on_ctrl_c():
-    script = ("import time\nfrom kdgate.embedded_server import EmbeddedServer\n"
+    # Ctrl-C as a terminal delivers it: Python's own SIGINT handler, even where this test
+    # runs under a shell that started it in the background (SIGINT ignored, inherited)
+    script = ("import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "from kdgate.embedded_server import EmbeddedServer\n"
               "s = EmbeddedServer()\nwith s:\n    print(s.process.pid, flush=True)\n    time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     pid = int(proc.stdout.readline())
