@@ -7,7 +7,8 @@ alone), SGLang's ``extend_attention_fwd`` (every case) and ``verify_shared_kv_fw
 same inputs (a benchmark of a wrong kernel is worthless). Writes ``bench.json`` (schema
 below), ``bench.md`` (the table) and ``bench.png`` (time and fraction of roofline vs
 context) into ``--out``, and prints the table last. ``--baseline FILE`` compares each
-case's fraction of roofline with a committed baseline (exit 1 on a drop > tolerance).
+case's fraction of roofline with a committed baseline (exit 1 on a drop > tolerance,
+2 when it cannot be compared: another GPU model, or not a benchmark result).
 
 ``bench.json``: {"schema": 1, "matrix", "environment", "ceilings": {copy_gbps,
 matmul_tflops}, "cases": [{id, case fields, lengths, splits, kernel {median_us, ...},
@@ -258,9 +259,14 @@ def main(argv=None) -> int:
     if args.baseline is not None:
         from kdgate.perf_baseline import compare, load_baseline
 
-        verdict = compare(result, load_baseline(args.baseline), args.tolerance)
-        text += "\n\n" + verdict.describe()
-        status = 0 if verdict.ok else 1
+        try:
+            verdict = compare(result, load_baseline(args.baseline), args.tolerance)
+        except ValueError as exc:  # not a baseline, or another GPU model: said, not compared
+            text += f"\n\nNot compared with --baseline {args.baseline}: {exc}"
+            status = 2
+        else:
+            text += "\n\n" + verdict.describe()
+            status = 0 if verdict.ok else 1
     if args.write_baseline is not None:
         from kdgate.perf_baseline import write_baseline
 
