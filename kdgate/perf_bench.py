@@ -13,7 +13,7 @@ case's fraction of roofline with a committed baseline (exit 1 on a drop > tolera
 ``bench.json``: {"schema": 1, "matrix", "environment", "ceilings": {copy_gbps,
 matmul_tflops}, "cases": [{id, case fields, lengths, splits, kernel {median_us, ...},
 combine_us, combine_share, figures {gbps, tflops, roofline_fraction, ...},
-extend_us, verify_shared_us, speedup_extend, speedup_verify_shared, max_abs_diff,
+extend_us, verify_shared_us, speedup_extend, speedup_verify_shared, max_abs_diff, path,
 rel_l2_vs_triton}], "layer_loop": {...}}.
 """
 
