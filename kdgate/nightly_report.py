@@ -31,12 +31,10 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def environment(args) -> dict:
-    """Where the gate ran: GPU, driver, torch, SGLang, kernel build, server."""
+def host_environment() -> dict:
+    """Where this process runs: host, versions, GPU, driver, kernel build."""
     env = {"host": platform.node(), "python": platform.python_version(),
-           "torch": _version("torch"), "sglang": _version("sglang"), "kdtree-gate": _version("kdtree-gate"),
-           "server": (getattr(args, "endpoint", None) or "embedded llama.cpp server (SmolLM2-135M)")
-           if "live" in getattr(args, "layers", []) else "none (live layer not run)"}
+           "torch": _version("torch"), "sglang": _version("sglang"), "kdtree-gate": _version("kdtree-gate")}
     try:
         import torch
 
@@ -56,6 +54,13 @@ def environment(args) -> dict:
     except Exception as exc:
         env["kernel_build"] = f"unknown ({type(exc).__name__})"
     return env
+
+
+def environment(args) -> dict:
+    """Where the gate ran: :func:`host_environment` and the server the live layer used."""
+    return {**host_environment(),
+            "server": (getattr(args, "endpoint", None) or "embedded llama.cpp server (SmolLM2-135M)")
+            if "live" in getattr(args, "layers", []) else "none (live layer not run)"}
 
 
 def _load_data(report_dir: Path) -> dict[str, dict]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -33,25 +32,17 @@ MIN_BASELINE_REPS, MAX_BASELINE_REPS = 3, 20
 
 
 def environment() -> dict:
+    """The host's environment (as the nightly report states it) plus the GPU's SM count
+    and capability, Triton's version and the time of the run."""
     import torch
 
-    env = {"python": platform.python_version(), "torch": torch.__version__,
+    from kdgate.nightly_report import _version, host_environment
+
+    env = {**host_environment(), "triton": _version("triton"),
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        env.update(gpu=props.name, sms=props.multi_processor_count,
-                   capability=f"{props.major}.{props.minor}")
-    for module in ("triton", "sglang"):
-        try:
-            env[module] = __import__(module).__version__
-        except Exception as exc:  # reported, not fatal: the baseline columns say why
-            env[module] = f"unavailable ({type(exc).__name__})"
-    try:
-        from kdtree.verify_op import kernel_build_hash
-
-        env["kernel_build"] = kernel_build_hash()
-    except Exception as exc:
-        env["kernel_build"] = f"unavailable ({type(exc).__name__}: {exc})"
+        env.update(sms=props.multi_processor_count, capability=f"{props.major}.{props.minor}")
     return env
 
 

@@ -163,3 +163,15 @@ def test_table_and_picture_from_a_result(tmp_path):
     png = plot_bench(result, tmp_path / "bench.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(result)
+
+
+def test_bench_environment_names_the_gpu_and_the_kernel_build():
+    """What a baseline is matched on (the GPU model) and what it was measured with."""
+    from kdgate.perf_bench import environment
+    from kdtree.build import build_hash
+
+    env = environment()
+    expected_gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (no CUDA GPU)"
+    assert env["gpu"] == expected_gpu
+    assert env["kernel_build"] == build_hash()
+    assert {"torch", "sglang", "triton", "driver", "time"} <= set(env)
