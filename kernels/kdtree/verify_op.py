@@ -269,7 +269,8 @@ def _ptr(t):
 
 def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
             custom_mask, mask_indptr, max_len_extend, sm_scale, lse, debug_checks, is_causal=True,
-            lib=None, part=0):
+            lib=None, part=0) -> tuple[int, int]:
+    """Launch (all or ``part`` of) one call; returns its (num_splits, path)."""
     lib = lib or _library()
     bs, T, H = qo_indptr.shape[0] - 1, q.shape[0], q.shape[1]
     splits, row_blocks, path = plan(bs, H, max_len_extend, q.device, lib)
@@ -304,6 +305,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
         problems = [msg for bit, msg in _ERROR_BITS.items() if flags & bit]
         if problems:
             raise ValueError("kdtree debug checks: " + "; ".join(problems))
+    return splits, path
 
 
 @torch.library.custom_op("kdtree::tree_verify", mutates_args=("o", "lse"))
@@ -392,9 +394,9 @@ def launch_part(part: str, *args, **kwargs) -> tuple[int, str]:
      mask_indptr, max_len_extend, sm_scale, lse, debug_checks, is_causal) = op_arguments(*args, **kwargs)
     check_arguments(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
                     custom_mask, mask_indptr, max_len_extend, sm_scale, lse)
-    _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
-            mask_indptr, max_len_extend, sm_scale, lse, False, is_causal, part=LAUNCH_PARTS[part])
-    splits, _, path = plan(qo_indptr.shape[0] - 1, q.shape[1], max_len_extend, q.device)
+    splits, path = _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
+                           custom_mask, mask_indptr, max_len_extend, sm_scale, lse, False, is_causal,
+                           part=LAUNCH_PARTS[part])
     return splits, PATH_NAMES[path]
 
 
