@@ -14,6 +14,7 @@ exit (atexit), so no server process outlives the gate.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import importlib.util
 import os
 import signal
@@ -51,10 +52,12 @@ def f16_model(source: Path, cache: Path | None = None) -> Path:
     greedy logprobs moved by at most 0.0054 nats between runs (alone, inside bursts);
     from the Q4_1 file by up to 0.12 nats, with a near-tie split 0.35 nats wide (past
     the tie rule's largest ε), and prompt processing was 1.8x slower (320 vs 570 tok/s)."""
-    stat = source.stat()
     folder = cache or Path(os.environ.get("KDGATE_CACHE", Path.home() / ".cache" / "kdgate")) / "models"
-    # the file name (which a snapshot's identity records) stays the same on every host
-    target = folder / f"{stat.st_size}-{int(stat.st_mtime)}" / f"{source.stem}-F16.gguf"
+    # keyed by the source's content (a reinstall of the same package reuses the cache); the
+    # file name (which a snapshot's identity records) stays the same on every host
+    with source.open("rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()[:16]
+    target = folder / digest / f"{source.stem}-F16.gguf"
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -53,8 +53,12 @@ def test_stored_reference_matches_a_fresh_one_on_cpu():
     entry = min(ENTRIES, key=lambda e: e["bytes"])
     inputs, stored_out, stored_lse = load_capture(SHIPPED_FIXTURES, entry)
     out, scale, lse = verify_reference(*inputs.reference_args())
-    assert torch.allclose(out, stored_out, rtol=1e-12, atol=1e-14)
-    assert torch.allclose(lse, stored_lse, rtol=1e-12)
+    # fp64 sums come out in a different order on another CPU (BLAS kernels differ between
+    # AVX2 and AVX-512 hosts), so a fresh reference may differ from the stored one in the
+    # last bits. The bound is relative to the row's scale (sum of p*|v|, what the parity
+    # rule measures ULPs at): 1e-11 of it is 8 orders below one bf16 ULP (2^-8 of it).
+    assert torch.all((out - stored_out).abs() <= 1e-11 * scale), "reference out moved"
+    assert torch.allclose(lse, stored_lse, rtol=1e-12, atol=1e-12)
     assert torch.all(scale >= out.abs() - 1e-12)
 
 
