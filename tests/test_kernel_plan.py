@@ -21,16 +21,16 @@ def lib(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan") / "libkdtree_verify.so"
     build.compile_library(out)
     library = ctypes.CDLL(str(out))
-    library.kdtree_plan.argtypes = [ctypes.c_int64] * 7 + [ctypes.POINTER(ctypes.c_int64)]
+    library.kdtree_plan.argtypes = [ctypes.c_int64] * 8 + [ctypes.POINTER(ctypes.c_int64)]
     library.kdtree_plan.restype = ctypes.c_int
     library.kdtree_path_smem.argtypes = [ctypes.c_int64]
     library.kdtree_path_smem.restype = ctypes.c_int64
     return library
 
 
-def plan(lib, bs, heads, n, sms=132, smem=H200_SMEM, budget=BUDGET, request="auto"):
+def plan(lib, bs, heads, n, sms=132, smem=H200_SMEM, budget=BUDGET, request="auto", capability=90):
     out = (ctypes.c_int64 * 3)()
-    code = lib.kdtree_plan(bs, heads, n, sms, smem, budget, PATHS[request], out)
+    code = lib.kdtree_plan(bs, heads, n, sms, smem, capability, budget, PATHS[request], out)
     return code, tuple(out)
 
 
@@ -44,11 +44,22 @@ def test_tiled_path_fits_hopper_and_not_sm120(lib):
     assert plan(lib, 1, 8, 16, smem=SM120_SMEM, request="tiled")[0] == 1   # refused, not faked
 
 
+def test_wgmma_path_only_on_compute_capability_9_0(lib):
+    assert max(lib.kdtree_path_smem(p) for p in (3, 4, 5)) <= H200_SMEM
+    assert plan(lib, 1, 8, 1, request="wgmma")[1][0] == 3          # 8 rows: 16-row blocks
+    assert plan(lib, 1, 8, 4, request="wgmma")[1][0] == 4          # 32 rows
+    assert plan(lib, 1, 8, 16, request="wgmma")[1][:3:2] == (5, 2)  # 128 rows: 2 blocks of 64
+    assert plan(lib, 1, 8, 16, request="wgmma", capability=120)[0] == 1
+    assert plan(lib, 1, 8, 16, request="wgmma", smem=SM120_SMEM)[0] == 1
+    assert plan(lib, 1, 8, 16, request="wgmma", capability=100)[0] == 1
+
+
+@pytest.mark.parametrize("request_path", ["auto", "wgmma"])
 @pytest.mark.parametrize("bs, heads, n", [(1, 8, 4), (1, 8, 16), (1, 16, 64), (4, 8, 16), (32, 8, 16), (128, 16, 4)])
-def test_splits_fill_the_sms_in_whole_waves(lib, bs, heads, n):
-    code, (path, splits, row_blocks) = plan(lib, bs, heads, n)
+def test_splits_fill_the_sms_in_whole_waves(lib, bs, heads, n, request_path):
+    code, (path, splits, row_blocks) = plan(lib, bs, heads, n, request=request_path)
     assert code == 0 and 1 <= splits <= 128
-    assert row_blocks == -(-n * heads // (64 if path == 2 else 32))
+    assert row_blocks == -(-n * heads // {2: 64, 5: 64, 3: 16}.get(path, 32))
     ctas = bs * row_blocks * splits
     waves = -(-ctas // 132)
     assert ctas / (132 * waves) >= 0.95, f"{ctas} CTAs use {ctas / (132 * waves):.0%} of {waves} wave(s)"

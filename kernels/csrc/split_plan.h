@@ -12,15 +12,27 @@ constexpr int kBlockN = 32;   // KV positions per tile (both paths)
 constexpr int kMaxSplits = 32;        // portable path
 constexpr int kMaxSplitsTiled = 128;  // tiled path
 constexpr int kMinChunkTiled = 128;   // tiled path: fewest KV positions a split is given
+constexpr int kMinChunkWgmma = 256;   // wgmma path: fewest KV positions a split is given
 
 // Kernel paths. Portable: mma.sync, 4 warps, 32 rows, ~74 KB shared memory (any sm_90a or
 // sm_120a part). Tiled: mma.sync, 8 warps, 32 or 64 rows, a 4-stage cp.async KV pipeline
 // in ~225 KB of shared memory (sm_90a; needs the opt-in shared memory of a Hopper SM).
-enum KernelPath : int64_t { kPathPortable = 0, kPathTiled32 = 1, kPathTiled64 = 2 };
+// Wgmma: Hopper warpgroup MMAs, 16, 32 or 64 rows per CTA (one warpgroup per 32 rows),
+// 64-position KV tiles in two stages, ~226 KB (sm_90a only).
+enum KernelPath : int64_t {
+  kPathPortable = 0, kPathTiled32 = 1, kPathTiled64 = 2,
+  kPathWgmma16 = 3, kPathWgmma32 = 4, kPathWgmma64 = 5,
+};
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-inline int64_t path_block_m(int64_t path) { return path == kPathTiled64 ? 64 : 32; }
+inline int64_t path_block_m(int64_t path) {
+  switch (path) {
+    case kPathTiled64: case kPathWgmma64: return 64;
+    case kPathWgmma16: return 16;
+    default: return 32;
+  }
+}
 
 // Portable path: enough CTAs for about two waves, at most kMaxSplits, and no more than
 // the workspace budget allows.
@@ -57,12 +69,12 @@ inline int64_t choose_num_splits_tiled(int64_t bs, int64_t row_blocks, int64_t t
 }
 
 // KV positions [begin, end) of split `split` for a request of `length` positions: equal
-// chunks rounded up to whole tiles (at least `min_chunk`), so every split starts on a
-// tile boundary; trailing splits of a short request are empty.
+// chunks rounded up to whole tiles of `tile` positions (at least `min_chunk`), so every
+// split starts on a tile boundary; trailing splits of a short request are empty.
 __host__ __device__ inline void split_range(int64_t length, int64_t num_splits, int64_t split,
                                             int64_t* begin, int64_t* end,
-                                            int64_t min_chunk = 0) {
-  int64_t chunk = ceil_div(ceil_div(length, num_splits), kBlockN) * kBlockN;
+                                            int64_t min_chunk = 0, int64_t tile = kBlockN) {
+  int64_t chunk = ceil_div(ceil_div(length, num_splits), tile) * tile;
   if (chunk < min_chunk) chunk = min_chunk;
   int64_t b = split * chunk;
   int64_t e = b + chunk;

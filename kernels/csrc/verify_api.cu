@@ -9,6 +9,7 @@
 #include "split_plan.h"
 #include "tiled/verify_kernel.cuh"
 #include "verify_params.h"
+#include "wgmma/verify_kernel.cuh"
 
 using kdtree::VerifyParams;
 
@@ -40,6 +41,19 @@ cudaError_t launch_tiled(const VerifyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <int NW, int WGS>
+cudaError_t launch_wgmma(const VerifyParams& p, cudaStream_t stream) {
+  static unsigned long long configured = 0;
+  using Shape = kdtree::wgmma_path::Shape<NW, WGS>;
+  auto kernel = kdtree::wgmma_path::verify_wgmma_kernel<NW, WGS>;
+  cudaError_t e = allow_shared_memory(kernel, Shape::kSmemBytes, &configured);
+  if (e != cudaSuccess) return e;
+  dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
+            static_cast<unsigned>(p.num_splits));
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_portable(const VerifyParams& p, cudaStream_t stream) {
   static unsigned long long configured = 0;
   cudaError_t e = allow_shared_memory(kdtree::verify_mma_kernel, kdtree::kSmemBytes, &configured);
@@ -60,24 +74,33 @@ int64_t kdtree_path_smem(int64_t path) {
     case kdtree::kPathPortable: return kdtree::kSmemBytes;
     case kdtree::kPathTiled32: return kdtree::tiled::Tile<32>::kSmemBytes;
     case kdtree::kPathTiled64: return kdtree::tiled::Tile<64>::kSmemBytes;
+    case kdtree::kPathWgmma16: return kdtree::wgmma_path::Shape<16, 1>::kSmemBytes;
+    case kdtree::kPathWgmma32: return kdtree::wgmma_path::Shape<32, 1>::kSmemBytes;
+    case kdtree::kPathWgmma64: return kdtree::wgmma_path::Shape<32, 2>::kSmemBytes;
     default: return -1;
   }
 }
 
 // Plan a call from static sizes. `request`: -1 = the fastest path this device can run,
-// 0 = portable, 1 = tiled. `smem_optin`: the device's opt-in shared memory per block.
-// Writes {path, num_splits, row_blocks} to `out`; returns 0, or 1 when the tiled path
-// was requested and does not fit this device, 2 on a bad argument.
+// 0 = portable, 1 = tiled, 2 = wgmma. `smem_optin`: the device's opt-in shared memory per
+// block; `capability`: major * 10 + minor (wgmma runs on 9.0 only). Writes {path,
+// num_splits, row_blocks} to `out`; returns 0, or 1 when the requested path does not fit
+// this device, 2 on a bad argument.
 int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64_t smem_optin,
-                int64_t workspace_budget_bytes, int64_t request, int64_t* out) {
-  if (bs < 1 || heads < 1 || n_max < 1 || num_sms < 1 || request < -1 || request > 1) return 2;
+                int64_t capability, int64_t workspace_budget_bytes, int64_t request, int64_t* out) {
+  if (bs < 1 || heads < 1 || n_max < 1 || num_sms < 1 || request < -1 || request > 2) return 2;
   const int64_t rows = n_max * heads;
   const int64_t tiled = rows > 32 ? kdtree::kPathTiled64 : kdtree::kPathTiled32;
+  const int64_t wgmma = rows > 32 ? kdtree::kPathWgmma64
+                        : rows > 16 ? kdtree::kPathWgmma32 : kdtree::kPathWgmma16;
   const bool tiled_fits = kdtree_path_smem(tiled) <= smem_optin;
-  if (request == 1 && !tiled_fits) return 1;
-  const int64_t path = (request == 0 || !tiled_fits) ? kdtree::kPathPortable : tiled;
-  const int64_t block_m = path == kdtree::kPathPortable ? kdtree::kBlockM : kdtree::path_block_m(path);
-  const int64_t row_blocks = kdtree::ceil_div(rows, block_m);
+  const bool wgmma_fits = capability == 90 && kdtree_path_smem(wgmma) <= smem_optin;
+  if ((request == 1 && !tiled_fits) || (request == 2 && !wgmma_fits)) return 1;
+  int64_t path = kdtree::kPathPortable;
+  if (request == 2) path = wgmma;
+  else if (request != 0 && tiled_fits) path = tiled;
+  const int64_t row_blocks = kdtree::ceil_div(rows, path == kdtree::kPathPortable ? kdtree::kBlockM
+                                                                                  : kdtree::path_block_m(path));
   const int64_t splits = path == kdtree::kPathPortable
       ? kdtree::choose_num_splits(bs, row_blocks, bs * rows, num_sms, workspace_budget_bytes)
       : kdtree::choose_num_splits_tiled(bs, row_blocks, bs * rows, num_sms, workspace_budget_bytes);
@@ -100,6 +123,9 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
       case kdtree::kPathPortable: e = launch_portable(p, stream); break;
       case kdtree::kPathTiled32: e = launch_tiled<32>(p, stream); break;
       case kdtree::kPathTiled64: e = launch_tiled<64>(p, stream); break;
+      case kdtree::kPathWgmma16: e = launch_wgmma<16, 1>(p, stream); break;
+      case kdtree::kPathWgmma32: e = launch_wgmma<32, 1>(p, stream); break;
+      case kdtree::kPathWgmma64: e = launch_wgmma<32, 2>(p, stream); break;
       default: return static_cast<int>(cudaErrorInvalidValue);
     }
   }

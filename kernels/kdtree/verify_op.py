@@ -61,7 +61,7 @@ def _library(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib.kdtree_verify_launch.restype = ctypes.c_int
     lib.kdtree_verify_launch_part.argtypes = [ctypes.POINTER(VerifyParams), ctypes.c_void_p, ctypes.c_int]
     lib.kdtree_verify_launch_part.restype = ctypes.c_int
-    lib.kdtree_plan.argtypes = [ctypes.c_int64] * 7 + [ctypes.POINTER(ctypes.c_int64)]
+    lib.kdtree_plan.argtypes = [ctypes.c_int64] * 8 + [ctypes.POINTER(ctypes.c_int64)]
     lib.kdtree_plan.restype = ctypes.c_int
     lib.kdtree_path_smem.argtypes = [ctypes.c_int64]
     lib.kdtree_path_smem.restype = ctypes.c_int64
@@ -224,23 +224,25 @@ def _workspace(device: torch.device, acc_floats: int, ml_floats: int) -> dict[st
 
 
 @lru_cache(maxsize=None)
-def _device_limits(index: int) -> tuple[int, int]:
-    """(SM count, opt-in shared memory per block in bytes) of CUDA device ``index``."""
+def _device_limits(index: int) -> tuple[int, int, int]:
+    """(SM count, opt-in shared memory per block in bytes, capability major*10+minor) of
+    CUDA device ``index``."""
     props = torch.cuda.get_device_properties(index)
-    return props.multi_processor_count, int(props.shared_memory_per_block_optin)
+    return (props.multi_processor_count, int(props.shared_memory_per_block_optin),
+            props.major * 10 + props.minor)
 
 
 def workspace_budget_bytes() -> int:
     return int(os.environ.get("KDTREE_WORKSPACE_MB", "512")) << 20
 
 
-PATHS = {"auto": -1, "portable": 0, "tiled": 1}
-PATH_NAMES = {0: "portable", 1: "tiled-32", 2: "tiled-64"}
+PATHS = {"auto": -1, "portable": 0, "tiled": 1, "wgmma": 2}
+PATH_NAMES = {0: "portable", 1: "tiled-32", 2: "tiled-64", 3: "wgmma-16", 4: "wgmma-32", 5: "wgmma-64"}
 
 
 def requested_path() -> str:
     """``KDTREE_KERNEL_PATH``: auto (default: tiled where the device's shared memory
-    allows, else portable), portable or tiled."""
+    allows, else portable), portable, tiled, or wgmma (Hopper's warpgroup MMAs, sm_90)."""
     value = os.environ.get("KDTREE_KERNEL_PATH", "auto")
     if value not in PATHS:
         raise ValueError(f"KDTREE_KERNEL_PATH must be one of {sorted(PATHS)}, got {value!r}")
@@ -251,13 +253,16 @@ def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tup
     """(num_splits, row_blocks, path) for these static sizes on ``device``."""
     lib = lib or _library()
     index = device.index if device.index is not None else torch.cuda.current_device()
-    sms, smem = _device_limits(index)
+    sms, smem, capability = _device_limits(index)
     out = (ctypes.c_int64 * 3)()
     request = requested_path()
-    code = lib.kdtree_plan(bs, heads, n_max, sms, smem, workspace_budget_bytes(), PATHS[request], out)
+    code = lib.kdtree_plan(bs, heads, n_max, sms, smem, capability, workspace_budget_bytes(),
+                           PATHS[request], out)
     if code == 1:
-        raise RuntimeError(f"KDTREE_KERNEL_PATH=tiled needs {lib.kdtree_path_smem(2)} bytes of shared "
-                           f"memory per block; this device allows {smem}")
+        need = lib.kdtree_path_smem(2 if request == "tiled" else 5)
+        raise RuntimeError(f"KDTREE_KERNEL_PATH={request} needs {need} bytes of shared memory per "
+                           f"block{' and compute capability 9.0' if request == 'wgmma' else ''}; this "
+                           f"device allows {smem} (capability {capability // 10}.{capability % 10})")
     if code != 0:
         raise ValueError(f"kdtree plan: bad sizes bs={bs} heads={heads} n_max={n_max}")
     return int(out[1]), int(out[2]), int(out[0])

@@ -60,6 +60,16 @@ __device__ __forceinline__ int64_t prefix_slot(const VerifyParams& p, const Requ
   return slot;
 }
 
+// The KV row to stage for position j: -1 past j_end (zero-filled), -2 a draft position (K
+// from k_extend), else the prefix slot (clamped). The tiled and wgmma paths fetch it a tile
+// ahead of its use so the index load's latency hides behind a tile of math.
+__device__ __forceinline__ int64_t kv_source(const VerifyParams& p, const RequestExtent& ext,
+                                             int64_t j, int64_t j_end, bool report) {
+  if (j >= j_end) return -1;
+  if (j >= ext.prefix) return -2;
+  return prefix_slot(p, ext, j, report);
+}
+
 // Whether draft row `tok` sees draft column `d` of its request (tree mask or, without one,
 // a causal chain). `mask_base`: the request's mask_indptr entry; `length` = prefix + N.
 __device__ __forceinline__ bool draft_visible(const VerifyParams& p, int64_t mask_base,

@@ -55,16 +55,6 @@ struct Tile {
   static_assert(kColTiles % 2 == 0, "value columns per warp must be a multiple of 16");
 };
 
-// The KV row a thread stages for position j: -1 past j_end (zero-filled), -2 a draft
-// position (K from k_extend), else the prefix slot. Fetched one tile ahead of its use so
-// the index load's latency hides behind a tile of math.
-__device__ __forceinline__ int64_t kv_source(const VerifyParams& p, const RequestExtent& ext,
-                                             int64_t j, int64_t j_end, bool report) {
-  if (j >= j_end) return -1;
-  if (j >= ext.prefix) return -2;
-  return prefix_slot(p, ext, j, report);
-}
-
 // Stage KV positions [j0, j0 + kBlockN) with 16-byte cp.async chunks, 8 threads per row;
 // `source` is kv_source() of this thread's row.
 __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const RequestExtent& ext,

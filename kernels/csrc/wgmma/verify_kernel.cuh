@@ -1,0 +1,361 @@
+// Tree-verify attention for absorbed MLA, wgmma path (sm_90a): Hopper warpgroup MMAs with
+// both operands in shared memory, computed transposed so that the few query rows of a
+// verify step (draft tokens x heads) are the MMA's N dimension and KV positions its M:
+//
+//   S^T [64 positions x NW rows]  = K [64 x 576] . Q^T            (K-major A, K-major B)
+//   O^T [512 dims x NW rows]     += V^T [512 x 64] . P^T [64 x NW] (MN-major A, K-major B)
+//
+// so 16 or 32 rows cost no padding, and V^T is read from the same swizzled KV tile as K.
+// One warpgroup per NW rows (WGS = 1 or 2 warpgroups share each KV tile: 16, 32 or 64 rows
+// per CTA); KV tiles of 64 positions gathered by every thread with cp.async into two
+// stages (the next tile loads while this one is computed). Softmax in fp32 per row over
+// the tile's positions (maxima merged across the warpgroup's four warps through shared
+// memory), P rounded to bf16 once, the row sums kept in fp32, the output rounded once.
+// Split-KV partial states have the same format as the other paths (combine.cuh).
+#pragma once
+#include <cuda_bf16.h>
+#include <cstdint>
+#include <utility>
+
+#include "../common/mma.cuh"
+#include "../common/request_extent.cuh"
+#include "../common/wgmma.cuh"
+#include "../split_plan.h"
+#include "../verify_params.h"
+
+namespace kdtree {
+namespace wgmma_path {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kHeadDim = 576;
+constexpr int kValueDim = 512;
+constexpr int kTile = 64;                          // KV positions per tile (the MMA's M)
+constexpr int kColBlocks = kHeadDim / 64;          // 128-byte column blocks per row
+constexpr int kValueBlocks = kValueDim / 64;
+constexpr int kBlockBytes = kTile * 128;           // one column block of a KV tile
+constexpr int kStageBytes = kColBlocks * kBlockBytes;
+constexpr int kStages = 2;
+
+template <int NW, int WGS>
+struct Shape {
+  static constexpr int kThreads = 128 * WGS;
+  static constexpr int kRows = NW * WGS;                  // query rows per CTA
+  static constexpr int kQBlockBytes = kRows * 128;
+  static constexpr int kQBytes = kColBlocks * kQBlockBytes;
+  static constexpr int kPBytes = NW * 128;                // one warpgroup's P^T
+  static constexpr int kRedFloats = WGS * 4 * NW;
+  static constexpr int kSmemBytes =
+      1024 /* alignment slack */ + kStages * kStageBytes + kQBytes + WGS * kPBytes + kRedFloats * 4;
+  static constexpr int kThreadsPerRow = kThreads / kTile;
+  static constexpr int kJ = NW / 8;                       // n8 groups of the accumulators
+  static_assert(NW == 16 || NW == 32, "rows per warpgroup");
+  static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
+};
+
+__device__ __forceinline__ void cp_async_16_to(uint32_t smem_dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_dst), "l"(src), "r"(bytes));
+}
+
+// Stage KV positions [j0, j0 + 64) into the swizzled tile at `row_dst` (the stage plus row
+// r's 128-byte line); this thread copies the 16-byte chunks c0, c0 + TPR, ... of row r of
+// every column block (`source` = kv_source() of that row). Block offsets are immediates;
+// only the 8 / TPR swizzled chunk offsets of the row live in registers.
+template <int TPR>
+__device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const RequestExtent& ext,
+                                             uint32_t stage, int64_t j0, int64_t source, int r, int c0) {
+  const bf16* src = static_cast<const bf16*>(p.k_buffer);
+  int bytes = 16;
+  if (source >= 0)
+    src += source * p.kb_stride;
+  else if (source == -2)
+    src = static_cast<const bf16*>(p.k_extend) + (ext.qo_start + j0 + r - ext.prefix) * p.ke_stride_t;
+  else
+    bytes = 0;
+#pragma unroll
+  for (int q = 0; q < 8 / TPR; ++q) {
+    const int cc = c0 + q * TPR;
+    const uint32_t dst = stage + wgmma::swizzled(r, cc);
+#pragma unroll
+    for (int blk = 0; blk < kColBlocks; ++blk)
+      cp_async_16_to(dst + blk * kBlockBytes, bytes ? src + blk * 64 + cc * 8 : src, bytes);
+  }
+}
+
+// Visibility of this thread's score elements in a tile that is not all prefix: bit k for
+// element k (position `pos` + 8 * (k / 2 % 2), row `row_here` + 8 * (k / 4) + k % 2). A
+// rolled loop: only boundary tiles come here, and it keeps the accumulators in registers.
+template <int NW>
+__device__ __forceinline__ uint32_t visible_bits(const VerifyParams& p, int64_t mask_base, int64_t length,
+                                              int64_t prefix, int64_t pos, int64_t j_end,
+                                              int64_t row_here, int64_t rows, int64_t H, uint32_t valid_bits) {
+  uint32_t bits = 0;
+#pragma unroll 1
+  for (int k = 0; k < NW / 2; ++k) {
+    if (!((valid_bits >> k) & 1u)) continue;
+    const int64_t j = pos + 8 * ((k >> 1) & 1);
+    if (j >= j_end) continue;
+    const int64_t row = row_here + 8 * (k / 4) + (k & 1);
+    if (j < prefix || draft_visible(p, mask_base, length, prefix, row / H, j - prefix)) bits |= 1u << k;
+  }
+  return bits;
+}
+
+// S^T = K . Q^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units.
+template <int NW, int QBlockBytes, int... I>
+__device__ __forceinline__ void qk_steps(float* s, uint64_t k_desc, uint64_t q_desc,
+                                         std::integer_sequence<int, I...>) {
+  (wgmma::Mma<NW, 0>::template run<((I / 4) * kBlockBytes + (I % 4) * 32) / 16,
+                                   ((I / 4) * QBlockBytes + (I % 4) * 32) / 16>(s, k_desc, q_desc, I != 0), ...);
+}
+
+// O^T += V^T . P^T: step i = (value block i / 4, k16 step i % 4 = 16 positions = 2048 bytes).
+template <int NW, int... I>
+__device__ __forceinline__ void pv_steps(float (*acc)[NW / 2], uint64_t v_desc, uint64_t p_desc,
+                                         std::integer_sequence<int, I...>) {
+  (wgmma::Mma<NW, 1>::template run<((I / 4) * kBlockBytes + (I % 4) * 2048) / 16, ((I % 4) * 32) / 16>(
+       acc[I / 4], v_desc, p_desc, 1), ...);
+}
+
+template <int NW, int WGS>
+__global__ void __launch_bounds__(128 * WGS, 1)
+verify_wgmma_kernel(const VerifyParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Shape<NW, WGS>;
+  constexpr int TPR = S::kThreadsPerRow;
+  constexpr int J = S::kJ;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_address(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;   // swizzled blocks start on 1024 bytes
+  const uint32_t q_addr = base + kStages * kStageBytes;
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const uint32_t p_addr = q_addr + S::kQBytes + wg * S::kPBytes;   // this warpgroup's P^T
+  float* red = reinterpret_cast<float*>(smem_raw + (q_addr + S::kQBytes + WGS * S::kPBytes - raw));
+  float* red_wg = red + wg * 4 * NW;
+
+  const int64_t b = blockIdx.y, split = blockIdx.z;
+  const int64_t H = p.heads;
+  RequestExtent ext;
+  if (!request_extent(p, b, tid == 0 && blockIdx.x == 0 && split == 0, &ext)) return;
+  const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
+  const int64_t rows = ext.qo_len * H;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * S::kRows;
+  if (row0 >= rows) return;
+  const int64_t length = prefix + ext.qo_len;
+  int64_t j_begin, j_end;
+  split_range(length, p.num_splits, split, &j_begin, &j_end, kMinChunkWgmma, kTile);
+#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
+  if (p.num_splits > 1 && split == 0) return;
+#endif
+  const int64_t mask_base = p.mask ? p.mask_indptr[b] : 0;
+
+  // this thread's accumulator columns are rows row_here + 8*jj + e of the request (bit
+  // 4*jj + e and 4*jj + 2 + e of the masks below)
+  const int64_t row_here = row0 + wg * NW + 2 * t;
+  uint32_t valid_bits = 0;
+#pragma unroll
+  for (int k = 0; k < NW / 2; ++k)
+    if (row_here + 8 * (k / 4) + (k & 1) < rows) valid_bits |= 1u << k;
+
+  float acc[kValueBlocks][NW / 2];
+#pragma unroll
+  for (int mt = 0; mt < kValueBlocks; ++mt)
+#pragma unroll
+    for (int i = 0; i < NW / 2; ++i) acc[mt][i] = 0.f;
+  float m_run[J][2], l_run[J][2];
+#pragma unroll
+  for (int jj = 0; jj < J; ++jj) m_run[jj][0] = m_run[jj][1] = -INFINITY, l_run[jj][0] = l_run[jj][1] = 0.f;
+
+  const int load_r = tid / TPR, load_c0 = tid % TPR;
+  const int64_t num_tiles = j_begin < j_end ? ceil_div(j_end - j_begin, kTile) : 0;
+  if (num_tiles > 0) {
+    for (int idx = tid; idx < S::kRows * kColBlocks * 8; idx += S::kThreads) {  // Q^T (zeros past `rows`)
+      const int r = idx / (kColBlocks * 8), c = idx % (kColBlocks * 8);
+      const int64_t row = row0 + r;
+      const bf16* src = static_cast<const bf16*>(p.q);
+      int bytes = 0;
+      if (row < rows) {
+        src += (qo_start + row / H) * p.q_stride_t + (row % H) * p.q_stride_h + c * 8;
+        bytes = 16;
+      }
+      cp_async_16_to(q_addr + (c / 8) * S::kQBlockBytes + wgmma::swizzled(r, c % 8), src, bytes);
+    }
+    load_kv_tile<TPR>(p, ext, base, j_begin, kv_source(p, ext, j_begin + load_r, j_end, load_c0 == 0),
+                      load_r, load_c0);
+  }
+  cp_async_commit();
+  int64_t next_source = num_tiles > 1
+      ? kv_source(p, ext, j_begin + kTile + load_r, j_end, load_c0 == 0) : -1;
+
+  const float scale = static_cast<float>(p.scale_log2);
+  const uint64_t q_desc = wgmma::descriptor(q_addr + wg * NW * 128, 16, 1024);
+  const uint64_t p_desc = wgmma::descriptor(p_addr, 16, 1024);
+  for (int64_t it = 0; it < num_tiles; ++it) {
+    const uint32_t stage = base + static_cast<uint32_t>(it & 1) * kStageBytes;
+    const int64_t j0 = j_begin + it * kTile;
+    cp_async_wait<0>();
+    wgmma::fence_shared_for_async();
+    __syncthreads();  // tile `it` landed for every thread; the other stage is no longer read
+    if (it + 1 < num_tiles) {
+      load_kv_tile<TPR>(p, ext, base + static_cast<uint32_t>((it + 1) & 1) * kStageBytes,
+                        j0 + kTile, next_source, load_r, load_c0);
+      next_source = it + 2 < num_tiles
+          ? kv_source(p, ext, j0 + 2 * kTile + load_r, j_end, load_c0 == 0) : -1;
+    }
+    cp_async_commit();
+
+    // -- S^T = K . Q^T over 576 dims (36 k16 steps)
+    float s[NW / 2];
+#pragma unroll
+    for (int i = 0; i < NW / 2; ++i) s[i] = 0.f;
+    const uint64_t k_desc = wgmma::descriptor(stage, 16, 1024);
+    wgmma::fence();
+    qk_steps<NW, S::kQBlockBytes>(s, k_desc, q_desc, std::make_integer_sequence<int, kColBlocks * 4>{});
+    wgmma::commit();
+    wgmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < NW / 2; ++i) wgmma::pin(s[i]);
+
+    // -- scale and mask (log2 units); s[4*jj + e]: position 16*warp + g + 8*(e/2), row 8*jj + 2*t + e%2
+    const uint32_t vis = j0 + kTile <= prefix && j0 + kTile <= j_end
+        ? valid_bits
+        : visible_bits<NW>(p, mask_base, length, prefix, j0 + 16 * warp + g, j_end, row_here, rows, H, valid_bits);
+    float tmax[J][2];
+#pragma unroll
+    for (int jj = 0; jj < J; ++jj) {
+      tmax[jj][0] = tmax[jj][1] = -INFINITY;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = (vis >> (4 * jj + e)) & 1u ? s[4 * jj + e] * scale : -INFINITY;
+        s[4 * jj + e] = v;
+        tmax[jj][e & 1] = fmaxf(tmax[jj][e & 1], v);
+      }
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1)
+          tmax[jj][c] = fmaxf(tmax[jj][c], __shfl_xor_sync(0xffffffff, tmax[jj][c], off));
+        if (g == 0) red_wg[warp * NW + 8 * jj + 2 * t + c] = tmax[jj][c];
+      }
+    }
+    wgmma::named_barrier(1 + wg, 128);
+
+    // -- online softmax; P^T (bf16) to shared memory, rows n, positions contiguous
+#pragma unroll
+    for (int jj = 0; jj < J; ++jj)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int n = 8 * jj + 2 * t + c;
+        float mx = red_wg[n];
+#pragma unroll
+        for (int w = 1; w < 4; ++w) mx = fmaxf(mx, red_wg[w * NW + n]);
+        const float new_m = fmaxf(m_run[jj][c], mx);
+        const float base_m = new_m == -INFINITY ? 0.f : new_m;
+        const float alpha = exp2f(m_run[jj][c] - base_m);
+        m_run[jj][c] = new_m;
+        const float p0 = exp2f(s[4 * jj + c] - base_m), p1 = exp2f(s[4 * jj + 2 + c] - base_m);
+        l_run[jj][c] = l_run[jj][c] * alpha + (p0 + p1);
+        const int pos = 16 * warp + g;
+        bf16* pt = reinterpret_cast<bf16*>(smem_raw + (p_addr - raw));
+        pt[wgmma::swizzled(n, pos / 8) / 2 + pos % 8] = __float2bfloat16_rn(p0);
+        pt[wgmma::swizzled(n, pos / 8 + 1) / 2 + pos % 8] = __float2bfloat16_rn(p1);
+#pragma unroll
+        for (int mt = 0; mt < kValueBlocks; ++mt) {
+          acc[mt][4 * jj + c] *= alpha;
+          acc[mt][4 * jj + 2 + c] *= alpha;
+        }
+      }
+
+    // -- draft positions take their V from v_extend (every warpgroup is done with K)
+    if (j0 + kTile > prefix && j_end > prefix) {
+      __syncthreads();
+      const int64_t j = j0 + load_r;
+      if (j >= prefix && j < j_end) {
+        const bf16* src = static_cast<const bf16*>(p.v_extend) + (qo_start + j - prefix) * p.ve_stride_t;
+        unsigned char* tile = smem_raw + (stage - raw);
+        for (int c = load_c0; c < kValueBlocks * 8; c += TPR)
+          *reinterpret_cast<uint4*>(tile + (c / 8) * kBlockBytes + wgmma::swizzled(load_r, c % 8)) =
+              *reinterpret_cast<const uint4*>(src + c * 8);
+      }
+      wgmma::fence_shared_for_async();
+      __syncthreads();
+    }
+    wgmma::fence_shared_for_async();
+    wgmma::named_barrier(1 + wg, 128);  // P^T complete; the maxima were read
+
+    // -- O^T += V^T . P^T: 8 value blocks x 4 k16 steps
+    const uint64_t v_desc = wgmma::descriptor(stage, kBlockBytes, 1024);
+    wgmma::fence();
+    pv_steps<NW>(acc, v_desc, p_desc, std::make_integer_sequence<int, kValueBlocks * 4>{});
+    wgmma::commit();
+    wgmma::wait<0>();
+#pragma unroll
+    for (int mt = 0; mt < kValueBlocks; ++mt)
+#pragma unroll
+      for (int i = 0; i < NW / 2; ++i) wgmma::pin(acc[mt][i]);
+  }
+  cp_async_wait<0>();
+
+  // -- row sums: over the lanes that share a row, then over the warpgroup's four warps
+#pragma unroll
+  for (int jj = 0; jj < J; ++jj)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1)
+        l_run[jj][c] += __shfl_xor_sync(0xffffffff, l_run[jj][c], off);
+    }
+  wgmma::named_barrier(1 + wg, 128);  // the last tile's maxima were read
+  if (g == 0)
+#pragma unroll
+    for (int jj = 0; jj < J; ++jj)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) red_wg[warp * NW + 8 * jj + 2 * t + c] = l_run[jj][c];
+  wgmma::named_barrier(1 + wg, 128);
+
+  // -- write: final output (one split) or the split's partial state
+#pragma unroll
+  for (int jj = 0; jj < J; ++jj)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      if (!((valid_bits >> (4 * jj + c)) & 1u)) continue;
+      const int n = 8 * jj + 2 * t + c;
+      const float l = red_wg[n] + red_wg[NW + n] + red_wg[2 * NW + n] + red_wg[3 * NW + n];
+      const float m = m_run[jj][c];
+      const int64_t row = row0 + wg * NW + n;
+      const int64_t tk = qo_start + row / H, h = row % H;
+      const int d0 = 16 * warp + g;
+      if (p.num_splits == 1) {
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        bf16* out = static_cast<bf16*>(p.o) + tk * p.o_stride_t + h * p.o_stride_h + d0;
+#pragma unroll
+        for (int mt = 0; mt < kValueBlocks; ++mt) {
+          out[mt * 64] = __float2bfloat16_rn(acc[mt][4 * jj + c] * inv);
+          out[mt * 64 + 8] = __float2bfloat16_rn(acc[mt][4 * jj + 2 + c] * inv);
+        }
+        if (p.lse && warp == 0 && g == 0)
+          p.lse[tk * p.lse_stride_t + h] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+      } else {
+        const int64_t flat = (split * p.total_tokens + tk) * H + h;
+        if (m != -INFINITY) {  // a split that saw nothing: the combine reads only its (m, l)
+          float* ws = p.ws_acc + flat * kValueDim + d0;
+#pragma unroll
+          for (int mt = 0; mt < kValueBlocks; ++mt) {
+            ws[mt * 64] = acc[mt][4 * jj + c];
+            ws[mt * 64 + 8] = acc[mt][4 * jj + 2 + c];
+          }
+        }
+        if (warp == 0 && g == 0) {
+          p.ws_ml[flat * 2] = m;
+          p.ws_ml[flat * 2 + 1] = l;
+        }
+      }
+    }
+#else
+  __trap();  // built for another architecture: the plan never picks this path there
+#endif
+}
+
+}  // namespace wgmma_path
+}  // namespace kdtree

@@ -1,0 +1,51 @@
+"""Kernel layer: every path of the shipped kernel this device can run (portable mma.sync,
+tiled mma.sync, Hopper wgmma; chosen with KDTREE_KERNEL_PATH) holds the parity rule and
+writes the LSE, on shapes that reach each path's row blocks (16, 32, 64 rows and several
+blocks), split KV, chains, mixed batches and boundary-dominant trees. The default path is
+also judged by the rest of the layer; this file makes sure no opt-in path ships unjudged.
+A path the device cannot run is reported as not run, with the reason."""
+
+import pytest
+import torch
+
+from kdgate.kernel_run import run_case
+from kdgate.verify_inputs import VerifyCase, build_inputs
+
+pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
+
+PATHS = ("portable", "tiled", "wgmma")
+CASES = (
+    VerifyCase(ctx=(1000,), n=1, heads=8, seed=31),                    # 8 rows
+    VerifyCase(ctx=(4097,), n=2, heads=8, tree="chain", seed=32),      # 16 rows, chain
+    VerifyCase(ctx=(16384,), n=4, heads=8, seed=33),                   # 32 rows, split KV
+    VerifyCase(ctx=(65536,), n=16, heads=8, seed=34),                  # 128 rows, split KV
+    VerifyCase(ctx=(4097,), n=64, heads=16, tree="chain", boundary=True, seed=35),
+    VerifyCase(ctx=(0, 1, 63, 64, 65, 500, 4097), n=8, heads=8, seed=36,
+               indptr_dtype="int64", mask_dtype="uint8"),
+    VerifyCase(ctx=(0, 300, 5000), n=33, heads=8, tree="topk", boundary=True, seed=37),
+)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("path", PATHS)
+def test_every_kernel_path_holds_parity(candidate, cuda_device, path, case, monkeypatch, gate_notes):
+    if candidate.name != "kdtree":
+        pytest.skip(f"not run: kernel paths belong to the shipped kernel, not --kernel {candidate.name}")
+    from kdtree.verify_op import plan
+
+    monkeypatch.setenv("KDTREE_KERNEL_PATH", path)
+    try:
+        splits, _, chosen = plan(len(case.ctx), case.heads, case.n, cuda_device)
+    except RuntimeError as exc:
+        pytest.skip(f"not run: {exc}")
+    inputs = build_inputs(case, cuda_device)
+    outcome = run_case(candidate, inputs, compare_baseline=False)
+    gate_notes.append(f"kernel path {path} (plan {chosen}, {splits} splits) {case.id}: "
+                      f"{outcome.report.brief()}")
+    assert not outcome.problems(), f"path {path} on {case.id}:\n{outcome.report.summary()}"
+    lse, ref = outcome.lse.double(), outcome.reference_lse
+    finite = torch.isfinite(ref)
+    assert torch.equal(torch.isfinite(lse), finite), f"path {path}: LSE finite positions differ"
+    if finite.any():
+        err = (lse[finite] - ref[finite]).abs().max().item()
+        assert err <= 1e-3 * max(1.0, ref[finite].abs().max().item()), f"path {path}: LSE off by {err}"
