@@ -6,7 +6,9 @@ alone), SGLang's ``extend_attention_fwd`` (every case) and ``verify_shared_kv_fw
 (chains) on identical inputs, and checks the kernel's output against Triton's on the
 same inputs (a benchmark of a wrong kernel is worthless). Writes ``bench.json`` (schema
 below), ``bench.md`` (the table) and ``bench.png`` (time and fraction of roofline vs
-context) into ``--out``, and prints the table last. ``--baseline FILE`` compares each
+context) into ``--out``, and prints the table last. ``--paths tiled,wgmma`` also times
+each named kernel path (``KDTREE_KERNEL_PATH``) on the same inputs in the same run and
+checks its output against the default path's. ``--baseline FILE`` compares each
 case's fraction of roofline with a committed baseline (exit 1 on a drop > tolerance,
 2 when it cannot be compared: another GPU model, or not a benchmark result).
 
@@ -14,13 +16,16 @@ case's fraction of roofline with a committed baseline (exit 1 on a drop > tolera
 matmul_tflops}, "cases": [{id, case fields, lengths, splits, kernel {median_us, ...},
 combine_us, combine_share, figures {gbps, tflops, roofline_fraction, ...},
 extend_us, verify_shared_us, speedup_extend, speedup_verify_shared, max_abs_diff, path,
-rel_l2_vs_triton}], "layer_loop": {...}}.
+rel_l2_vs_triton, paths: {NAME: {median_us, path, speedup, roofline_fraction,
+max_abs_diff} or {error}}}], "layer_loop": {...}}.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -57,8 +62,51 @@ def _baseline_reps(fn, budget_s: float) -> int:
     return int(max(MIN_BASELINE_REPS, min(MAX_BASELINE_REPS, budget_s / max(once, 1e-6))))
 
 
+@contextlib.contextmanager
+def kernel_path(name: str):
+    """``KDTREE_KERNEL_PATH`` set to ``name`` inside the block, restored after."""
+    before = os.environ.get("KDTREE_KERNEL_PATH")
+    os.environ["KDTREE_KERNEL_PATH"] = name
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KDTREE_KERNEL_PATH", None)
+        else:
+            os.environ["KDTREE_KERNEL_PATH"] = before
+
+
+def bench_paths(paths, args, kwargs, out, kernel_out, main_us, lengths, case, ceilings, flush, reps) -> dict:
+    """Each named kernel path timed on the case's inputs, its output compared with the
+    default path's (``kernel_out``); a path this device cannot run gets {"error": ...}."""
+    import torch
+
+    from kdgate import roofline
+    from kdgate.gpu_timing import time_call
+    from kdtree.verify_op import launch_part, tree_verify_fwd
+
+    found = {}
+    for name in paths:
+        with kernel_path(name):
+            try:
+                _, plan_name = launch_part("main", *args, **kwargs)
+            except RuntimeError as exc:
+                found[name] = {"error": str(exc)}
+                continue
+            t = time_call(lambda: tree_verify_fwd(*args, **kwargs), reps=reps, flush=flush)
+            out.fill_(float("nan"))
+            tree_verify_fwd(*args, **kwargs)
+            torch.cuda.synchronize()
+            diff = (out.float() - kernel_out).abs()
+            found[name] = {"median_us": t.median_us, "path": plan_name, "speedup": main_us / t.median_us,
+                           "roofline_fraction": roofline.figures(lengths, case.n, case.heads, t.median_us,
+                                                                 ceilings)["roofline_fraction"],
+                           "max_abs_diff": float(diff.max()) if torch.isfinite(diff).all() else float("nan")}
+    return found
+
+
 def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_s: float = 1.0,
-               baselines: bool = True) -> dict:
+               baselines: bool = True, paths: tuple[str, ...] = ()) -> dict:
     """Times one case; see the module docstring for the record's fields."""
     import torch
 
@@ -91,6 +139,9 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
     torch.cuda.synchronize()
     kernel_out = out.float()
     record["kernel_output_finite"] = bool(torch.isfinite(kernel_out).all())
+    if paths:
+        record["paths"] = bench_paths(paths, args, kwargs, out, kernel_out, kernel.median_us, lengths,
+                                      case, ceilings, flush, reps)
 
     record.update(extend_us=None, verify_shared_us=None, speedup_extend=None,
                   speedup_verify_shared=None, max_abs_diff=None, rel_l2_vs_triton=None)
@@ -135,7 +186,8 @@ def layer_loop(case: PerfCase, layers: int = 61) -> dict:
 
 
 def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
-        baselines: bool = True, progress=print, with_layer_loop: bool = True) -> dict:
+        baselines: bool = True, progress=print, with_layer_loop: bool = True,
+        paths: tuple[str, ...] = ()) -> dict:
     import torch
 
     from kdgate.gpu_timing import L2Flush, measure_ceilings
@@ -149,7 +201,7 @@ def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
     records = []
     for i, case in enumerate(cases, 1):
         started = time.perf_counter()
-        rec = bench_case(case, ceilings, flush, reps, baseline_budget_s, baselines)
+        rec = bench_case(case, ceilings, flush, reps, baseline_budget_s, baselines, paths)
         records.append(rec)
         progress(f"[{i}/{len(cases)}] {case.id}: {rec['kernel']['median_us']:.1f} us, "
                  f"{rec['figures']['roofline_fraction']:.2f} of roofline"
@@ -185,6 +237,25 @@ def table(result: dict) -> str:
             f"{_fmt(r['extend_us'], '.1f')} | {_fmt(r['speedup_extend'], '.1f')} | "
             f"{_fmt(r['verify_shared_us'], '.1f')} | {_fmt(r['speedup_verify_shared'], '.2f')} | "
             f"{_fmt(r['rel_l2_vs_triton'], '.1e')} | {r.get('path', '-')} |")
+    named = sorted({name for r in result["cases"] for name in r.get("paths", {})})
+    if named:
+        lines += ["", "Kernel paths on the same inputs in this run (× = default path's time ÷ this "
+                      "path's; max |Δ| against the default path's output):", "",
+                  "| case | default µs (path) | " + " | ".join(f"{n} µs (path) | × | roofline | max abs Δ"
+                                                          for n in named) + " |",
+                  "|---|---|" + "---|---|---|---|" * len(named)]
+        for r in result["cases"]:
+            cells = [f"{r['kernel']['median_us']:.1f} ({r.get('path', '-')})"]
+            for n in named:
+                got = r.get("paths", {}).get(n)
+                if got is None:
+                    cells += ["-"] * 4
+                elif "error" in got:
+                    cells += [f"not run: {got['error'][:60]}", "-", "-", "-"]
+                else:
+                    cells += [f"{got['median_us']:.1f} ({got['path']})", f"{got['speedup']:.2f}",
+                              f"{got['roofline_fraction']:.2f}", f"{got['max_abs_diff']:.1e}"]
+            lines.append(f"| {r['id']} | " + " | ".join(cells) + " |")
     loop = result.get("layer_loop")
     if loop:
         lines += ["", f"Layer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}): "
@@ -202,6 +273,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--baseline-budget-s", type=float, default=1.0,
                         help="seconds of timed replays allowed per SGLang baseline and case")
     parser.add_argument("--no-baselines", action="store_true", help="time the kdtree kernel only")
+    parser.add_argument("--paths", default="",
+                        help="comma-separated kernel paths (KDTREE_KERNEL_PATH values) also timed per case")
     parser.add_argument("--baseline", type=Path, help="compare with this committed perf baseline JSON")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="allowed relative drop of a case's fraction of roofline (default 0.10)")
@@ -214,6 +287,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--tolerance must be in [0, 1), got {args.tolerance}")
     if args.baseline_budget_s <= 0:
         parser.error(f"--baseline-budget-s must be positive, got {args.baseline_budget_s}")
+    from kdtree.verify_op import PATHS
+
+    args.paths = tuple(p for p in args.paths.split(",") if p)
+    unknown = [p for p in args.paths if p not in PATHS]
+    if unknown:
+        parser.error(f"--paths: unknown kernel path(s) {unknown}; known: {sorted(PATHS)}")
     if args.baseline is not None and not args.baseline.is_file():
         parser.error(f"--baseline: no such file {args.baseline}")
     if args.write_baseline is not None and args.write_baseline.exists():
@@ -235,7 +314,7 @@ def main(argv=None) -> int:
         return 2
     try:
         result = run(cases, args.reps, args.baseline_budget_s, not args.no_baselines,
-                     progress=lambda line: print(line, flush=True))
+                     progress=lambda line: print(line, flush=True), paths=args.paths)
     except RuntimeError as exc:
         print(str(exc), file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ layout, the baseline comparison, the CLI's argument checks and the picture."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -140,7 +141,8 @@ def test_baselines_are_never_replaced(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--reps", "0"], ["--tolerance", "1.5"], ["--matrix", "huge"],
-                                  ["--baseline", "/nonexistent.json"], ["--baseline-budget-s", "0"]])
+                                  ["--baseline", "/nonexistent.json"], ["--baseline-budget-s", "0"],
+                                  ["--paths", "tiled,fastest"]])
 def test_bad_cli_arguments_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_args(argv)
@@ -163,6 +165,32 @@ def test_table_and_picture_from_a_result(tmp_path):
     png = plot_bench(result, tmp_path / "bench.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(result)
+
+
+def test_path_comparison_table_gives_ratios_and_says_what_did_not_run():
+    result = _result({"bs1-ctx4k-n8-h8-tree-p64": 0.4, "bs1-ctx128k-n8-h8-tree-p64": 0.2})
+    result["cases"][0]["path"] = "tiled-64"
+    result["cases"][0]["paths"] = {"wgmma": {"median_us": 5.0, "path": "wgmma-64", "speedup": 2.0,
+                                             "roofline_fraction": 0.8, "max_abs_diff": 0.0078125}}
+    result["cases"][1]["paths"] = {"wgmma": {"error": "KDTREE_KERNEL_PATH=wgmma needs 231424 bytes"}}
+    text = table(result)
+    assert "| bs1-ctx4k-n8-h8-tree-p64 | 10.0 (tiled-64) | 5.0 (wgmma-64) | 2.00 | 0.80 | 7.8e-03 |" in text
+    assert "not run: KDTREE_KERNEL_PATH=wgmma needs 231424 bytes" in text
+    assert parse_args(["--paths", "tiled,wgmma"]).paths == ("tiled", "wgmma")
+
+
+def test_kernel_path_override_is_restored(monkeypatch):
+    from kdgate.perf_bench import kernel_path
+
+    monkeypatch.setenv("KDTREE_KERNEL_PATH", "portable")
+    with kernel_path("wgmma"):
+        assert os.environ["KDTREE_KERNEL_PATH"] == "wgmma"
+    assert os.environ["KDTREE_KERNEL_PATH"] == "portable"
+    monkeypatch.delenv("KDTREE_KERNEL_PATH")
+    with pytest.raises(KeyError):
+        with kernel_path("tiled"):
+            raise KeyError("inside")
+    assert "KDTREE_KERNEL_PATH" not in os.environ
 
 
 def test_bench_environment_names_the_gpu_and_the_kernel_build():
