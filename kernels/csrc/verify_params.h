@@ -6,6 +6,9 @@
 
 namespace kdtree {
 
+constexpr int kHeadDim = 576;   // the contract's q/k width: 512 latent dims + 64 rope dims
+constexpr int kValueDim = 512;  // v = the first 512 dims of a key row
+
 struct VerifyParams {
   // device pointers
   const void* q;            // [T, H, 576] bf16

@@ -20,8 +20,6 @@
 
 namespace kdtree {
 
-constexpr int kHeadDim = 576;
-constexpr int kValueDim = 512;
 constexpr int kLd = kHeadDim + 8;  // padded shared-memory row (bf16): conflict-free fragments
 constexpr int kThreads = 128;
 constexpr int kColsPerWarp = kValueDim / 2;

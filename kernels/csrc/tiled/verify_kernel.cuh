@@ -26,8 +26,6 @@ namespace tiled {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kHeadDim = 576;
-constexpr int kValueDim = 512;
 constexpr int kLd = kHeadDim + 8;      // padded shared row (bf16): conflict-free ldmatrix
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;

@@ -28,8 +28,6 @@ namespace wgmma_path {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kHeadDim = 576;
-constexpr int kValueDim = 512;
 constexpr int kTile = 64;                          // KV positions per tile (the MMA's M)
 constexpr int kColBlocks = kHeadDim / 64;          // 128-byte column blocks per row
 constexpr int kValueBlocks = kValueDim / 64;
