@@ -70,6 +70,17 @@ __device__ __forceinline__ int64_t kv_source(const VerifyParams& p, const Reques
   return prefix_slot(p, ext, j, report);
 }
 
+// Where the KV row of position j (its kv_source()) is read from, in bf16 elements: the
+// prefix slot's row of k_buffer, the draft's row of k_extend, or past the range the
+// buffer's base with *bytes = 0 (a 16-byte cp.async then writes zeros and reads nothing).
+__device__ __forceinline__ const void* kv_row(const VerifyParams& p, const RequestExtent& ext,
+                                              int64_t j, int64_t source, int* bytes) {
+  *bytes = source == -1 ? 0 : 16;
+  if (source >= 0) return static_cast<const char*>(p.k_buffer) + source * p.kb_stride * 2;
+  if (source == -2) return static_cast<const char*>(p.k_extend) + (ext.qo_start + j - ext.prefix) * p.ke_stride_t * 2;
+  return p.k_buffer;
+}
+
 // Whether draft row `tok` sees draft column `d` of its request (tree mask or, without one,
 // a causal chain). `mask_base`: the request's mask_indptr entry; `length` = prefix + N.
 __device__ __forceinline__ bool draft_visible(const VerifyParams& p, int64_t mask_base,

@@ -55,21 +55,15 @@ __device__ __forceinline__ void cp_async_16_to(uint32_t smem_dst, const void* sr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_dst), "l"(src), "r"(bytes));
 }
 
-// Stage KV positions [j0, j0 + 64) into the swizzled tile at `row_dst` (the stage plus row
-// r's 128-byte line); this thread copies the 16-byte chunks c0, c0 + TPR, ... of row r of
-// every column block (`source` = kv_source() of that row). Block offsets are immediates;
-// only the 8 / TPR swizzled chunk offsets of the row live in registers.
+// Stage KV positions [j0, j0 + 64) into the swizzled tile at shared address `stage`; this
+// thread copies the 16-byte chunks c0, c0 + TPR, ... of row r of every column block
+// (`source` = kv_source() of that row). Block offsets are immediates; only the 8 / TPR
+// swizzled chunk offsets of the row live in registers.
 template <int TPR>
 __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const RequestExtent& ext,
                                              uint32_t stage, int64_t j0, int64_t source, int r, int c0) {
-  const bf16* src = static_cast<const bf16*>(p.k_buffer);
-  int bytes = 16;
-  if (source >= 0)
-    src += source * p.kb_stride;
-  else if (source == -2)
-    src = static_cast<const bf16*>(p.k_extend) + (ext.qo_start + j0 + r - ext.prefix) * p.ke_stride_t;
-  else
-    bytes = 0;
+  int bytes;
+  const bf16* src = static_cast<const bf16*>(kv_row(p, ext, j0 + r, source, &bytes));
 #pragma unroll
   for (int q = 0; q < 8 / TPR; ++q) {
     const int cc = c0 + q * TPR;
