@@ -34,12 +34,19 @@ def plan(lib, bs, heads, n, sms=132, smem=H200_SMEM, budget=BUDGET, request="aut
     return code, tuple(out)
 
 
+def test_auto_picks_wgmma_on_hopper_tiled_without_it_portable_on_sm120(lib):
+    assert plan(lib, 1, 8, 4)[1][0] == 4            # 32 rows on 9.0: wgmma
+    assert plan(lib, 1, 8, 16)[1][0] == 5           # 128 rows on 9.0: wgmma, 64-row blocks
+    assert plan(lib, 1, 8, 4, capability=100)[1][0] == 1   # no wgmma: tiled, 32-row blocks
+    assert plan(lib, 1, 8, 16, capability=100)[1][0] == 2  # tiled, 64-row blocks
+    assert plan(lib, 1, 8, 16, smem=SM120_SMEM, capability=120)[1][0] == 0
+
+
 def test_tiled_path_fits_hopper_and_not_sm120(lib):
     assert lib.kdtree_path_smem(2) <= H200_SMEM < lib.kdtree_path_smem(2) + 4096
     assert lib.kdtree_path_smem(0) <= SM120_SMEM < lib.kdtree_path_smem(1)
-    assert plan(lib, 1, 8, 4)[1][0] == 1            # 32 rows: tiled, 32-row blocks
-    assert plan(lib, 1, 8, 16)[1][0] == 2           # 128 rows: tiled, 64-row blocks
-    assert plan(lib, 1, 8, 16, smem=SM120_SMEM)[1][0] == 0
+    assert plan(lib, 1, 8, 4, request="tiled")[1][0] == 1    # 32 rows: 32-row blocks
+    assert plan(lib, 1, 8, 16, request="tiled")[1][0] == 2   # 128 rows: 64-row blocks
     assert plan(lib, 1, 8, 16, request="portable")[1][0] == 0
     assert plan(lib, 1, 8, 16, smem=SM120_SMEM, request="tiled")[0] == 1   # refused, not faked
 
@@ -54,7 +61,7 @@ def test_wgmma_path_only_on_compute_capability_9_0(lib):
     assert plan(lib, 1, 8, 16, request="wgmma", capability=100)[0] == 1
 
 
-@pytest.mark.parametrize("request_path", ["auto", "wgmma"])
+@pytest.mark.parametrize("request_path", ["auto", "tiled", "wgmma"])
 @pytest.mark.parametrize("bs, heads, n", [(1, 8, 4), (1, 8, 16), (1, 16, 64), (4, 8, 16), (32, 8, 16), (128, 16, 4)])
 def test_splits_fill_the_sms_in_whole_waves(lib, bs, heads, n, request_path):
     code, (path, splits, row_blocks) = plan(lib, bs, heads, n, request=request_path)

@@ -241,8 +241,9 @@ PATH_NAMES = {0: "portable", 1: "tiled-32", 2: "tiled-64", 3: "wgmma-16", 4: "wg
 
 
 def requested_path() -> str:
-    """``KDTREE_KERNEL_PATH``: auto (default: tiled where the device's shared memory
-    allows, else portable), portable, tiled, or wgmma (Hopper's warpgroup MMAs, sm_90)."""
+    """``KDTREE_KERNEL_PATH``: auto (default: wgmma on compute capability 9.0, else tiled
+    where the device's shared memory allows, else portable), portable, tiled, or wgmma
+    (Hopper's warpgroup MMAs, sm_90a)."""
     value = os.environ.get("KDTREE_KERNEL_PATH", "auto")
     if value not in PATHS:
         raise ValueError(f"KDTREE_KERNEL_PATH must be one of {sorted(PATHS)}, got {value!r}")

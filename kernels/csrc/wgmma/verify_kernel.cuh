@@ -95,7 +95,7 @@ __device__ __forceinline__ uint32_t visible_bits(const VerifyParams& p, int64_t 
 
 // S^T = K . Q^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units.
 template <int NW, int QBlockBytes, int... I>
-__device__ __forceinline__ void qk_steps(float* s, uint64_t k_desc, uint64_t q_desc,
+__device__ __forceinline__ void qk_steps(float* s, uint32_t k_desc, uint32_t q_desc,
                                          std::integer_sequence<int, I...>) {
   (wgmma::Mma<NW, 0>::template run<((I / 4) * kBlockBytes + (I % 4) * 32) / 16,
                                    ((I / 4) * QBlockBytes + (I % 4) * 32) / 16>(s, k_desc, q_desc, I != 0), ...);
@@ -103,7 +103,7 @@ __device__ __forceinline__ void qk_steps(float* s, uint64_t k_desc, uint64_t q_d
 
 // O^T += V^T . P^T: step i = (value block i / 4, k16 step i % 4 = 16 positions = 2048 bytes).
 template <int NW, int... I>
-__device__ __forceinline__ void pv_steps(float (*acc)[NW / 2], uint64_t v_desc, uint64_t p_desc,
+__device__ __forceinline__ void pv_steps(float (*acc)[NW / 2], uint32_t v_desc, uint32_t p_desc,
                                          std::integer_sequence<int, I...>) {
   (wgmma::Mma<NW, 1>::template run<((I / 4) * kBlockBytes + (I % 4) * 2048) / 16, ((I % 4) * 32) / 16>(
        acc[I / 4], v_desc, p_desc, 1), ...);
@@ -123,6 +123,9 @@ verify_wgmma_kernel(const VerifyParams p) {
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const uint32_t p_addr = q_addr + S::kQBytes + wg * S::kPBytes;   // this warpgroup's P^T
+  // the warpgroup index as a warp-uniform value (so MMA descriptors stay in uniform registers)
+  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
+  const uint32_t p_addr_uniform = q_addr + S::kQBytes + wg_uniform * S::kPBytes;
   float* red = reinterpret_cast<float*>(smem_raw + (q_addr + S::kQBytes + WGS * S::kPBytes - raw));
   float* red_wg = red + wg * 4 * NW;
 
@@ -181,8 +184,8 @@ verify_wgmma_kernel(const VerifyParams p) {
       ? kv_source(p, ext, j_begin + kTile + load_r, j_end, load_c0 == 0) : -1;
 
   const float scale = static_cast<float>(p.scale_log2);
-  const uint64_t q_desc = wgmma::descriptor(q_addr + wg * NW * 128, 16, 1024);
-  const uint64_t p_desc = wgmma::descriptor(p_addr, 16, 1024);
+  const uint32_t q_desc = wgmma::descriptor_low(q_addr + wg_uniform * NW * 128, 16);
+  const uint32_t p_desc = wgmma::descriptor_low(p_addr_uniform, 16);
   for (int64_t it = 0; it < num_tiles; ++it) {
     const uint32_t stage = base + static_cast<uint32_t>(it & 1) * kStageBytes;
     const int64_t j0 = j_begin + it * kTile;
@@ -201,7 +204,8 @@ verify_wgmma_kernel(const VerifyParams p) {
     float s[NW / 2];
 #pragma unroll
     for (int i = 0; i < NW / 2; ++i) s[i] = 0.f;
-    const uint64_t k_desc = wgmma::descriptor(stage, 16, 1024);
+    const uint32_t stage_uniform = __shfl_sync(0xffffffffu, stage, 0);
+    const uint32_t k_desc = wgmma::descriptor_low(stage_uniform, 16);
     wgmma::fence();
     qk_steps<NW, S::kQBlockBytes>(s, k_desc, q_desc, std::make_integer_sequence<int, kColBlocks * 4>{});
     wgmma::commit();
@@ -234,6 +238,8 @@ verify_wgmma_kernel(const VerifyParams p) {
     wgmma::named_barrier(1 + wg, 128);
 
     // -- online softmax; P^T (bf16) to shared memory, rows n, positions contiguous
+    float alpha_r[J][2];
+    bool rescale = false;
 #pragma unroll
     for (int jj = 0; jj < J; ++jj)
 #pragma unroll
@@ -245,6 +251,8 @@ verify_wgmma_kernel(const VerifyParams p) {
         const float new_m = fmaxf(m_run[jj][c], mx);
         const float base_m = new_m == -INFINITY ? 0.f : new_m;
         const float alpha = exp2f(m_run[jj][c] - base_m);
+        alpha_r[jj][c] = alpha;
+        rescale |= alpha != 1.f;
         m_run[jj][c] = new_m;
         const float p0 = exp2f(s[4 * jj + c] - base_m), p1 = exp2f(s[4 * jj + 2 + c] - base_m);
         l_run[jj][c] = l_run[jj][c] * alpha + (p0 + p1);
@@ -252,12 +260,17 @@ verify_wgmma_kernel(const VerifyParams p) {
         bf16* pt = reinterpret_cast<bf16*>(smem_raw + (p_addr - raw));
         pt[wgmma::swizzled(n, pos / 8) / 2 + pos % 8] = __float2bfloat16_rn(p0);
         pt[wgmma::swizzled(n, pos / 8 + 1) / 2 + pos % 8] = __float2bfloat16_rn(p1);
-#pragma unroll
-        for (int mt = 0; mt < kValueBlocks; ++mt) {
-          acc[mt][4 * jj + c] *= alpha;
-          acc[mt][4 * jj + 2 + c] *= alpha;
-        }
       }
+    if (__any_sync(0xffffffffu, rescale))  // no row of this warp moved its maximum: nothing to scale
+#pragma unroll
+      for (int jj = 0; jj < J; ++jj)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+          for (int mt = 0; mt < kValueBlocks; ++mt) {
+            acc[mt][4 * jj + c] *= alpha_r[jj][c];
+            acc[mt][4 * jj + 2 + c] *= alpha_r[jj][c];
+          }
 
     // -- draft positions take their V from v_extend (every warpgroup is done with K)
     if (j0 + kTile > prefix && j_end > prefix) {
@@ -277,7 +290,7 @@ verify_wgmma_kernel(const VerifyParams p) {
     wgmma::named_barrier(1 + wg, 128);  // P^T complete; the maxima were read
 
     // -- O^T += V^T . P^T: 8 value blocks x 4 k16 steps
-    const uint64_t v_desc = wgmma::descriptor(stage, kBlockBytes, 1024);
+    const uint32_t v_desc = wgmma::descriptor_low(stage_uniform, kBlockBytes);
     wgmma::fence();
     pv_steps<NW>(acc, v_desc, p_desc, std::make_integer_sequence<int, kValueBlocks * 4>{});
     wgmma::commit();
