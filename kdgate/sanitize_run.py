@@ -25,6 +25,7 @@ CASES = (
     VerifyCase(ctx=(5000,), n=16, heads=8, tree="chain", mask_dtype="none", seed=92),
     VerifyCase(ctx=(200,) * 40, n=4, heads=8, seed=93),      # one split per request
     VerifyCase(ctx=(3000,), n=33, heads=128, tree="topk", seed=94),
+    VerifyCase(ctx=(700,), n=2, heads=8, seed=95),            # 16 rows: the wgmma path's 16-row blocks
 )
 
 

@@ -49,15 +49,19 @@ __device__ __forceinline__ bool request_extent(const VerifyParams& p, int64_t b,
   return true;
 }
 
-// The prefix slot of position j (< prefix), clamped into the KV buffer.
-__device__ __forceinline__ int64_t prefix_slot(const VerifyParams& p, const RequestExtent& r,
-                                               int64_t j, bool report) {
-  int64_t slot = p.kv_indices[r.kv_start + j];
+// A slot index clamped into the KV buffer (a bad one is reported when `report`).
+__device__ __forceinline__ int64_t clamp_slot(const VerifyParams& p, int64_t slot, bool report) {
   if (slot < 0 || slot >= p.kv_buffer_rows) {
     if (report) flag_error(p, kSlotOutOfRange);
     slot = slot < 0 ? 0 : p.kv_buffer_rows - 1;
   }
   return slot;
+}
+
+// The prefix slot of position j (< prefix), clamped into the KV buffer.
+__device__ __forceinline__ int64_t prefix_slot(const VerifyParams& p, const RequestExtent& r,
+                                               int64_t j, bool report) {
+  return clamp_slot(p, p.kv_indices[r.kv_start + j], report);
 }
 
 // The KV row to stage for position j: -1 past j_end (zero-filled), -2 a draft position (K
@@ -68,6 +72,22 @@ __device__ __forceinline__ int64_t kv_source(const VerifyParams& p, const Reques
   if (j >= j_end) return -1;
   if (j >= ext.prefix) return -2;
   return prefix_slot(p, ext, j, report);
+}
+
+// kv_source() in two halves, so that the index load is really a tile ahead of its use: the
+// raw kv_indices entry of position j (0 unless j is a prefix position below j_end), read
+// only by kv_source_of() a tile later; reading it at once (as clamping does) would wait
+// for the load right where it is issued.
+__device__ __forceinline__ int64_t prefix_index_ahead(const VerifyParams& p, const RequestExtent& ext,
+                                                      int64_t j, int64_t j_end) {
+  return j < j_end && j < ext.prefix ? p.kv_indices[ext.kv_start + j] : 0;
+}
+
+__device__ __forceinline__ int64_t kv_source_of(const VerifyParams& p, const RequestExtent& ext, int64_t j,
+                                                int64_t j_end, int64_t raw_index, bool report) {
+  if (j >= j_end) return -1;
+  if (j >= ext.prefix) return -2;
+  return clamp_slot(p, raw_index, report);
 }
 
 // Where the KV row of position j (its kv_source()) is read from, in bf16 elements: the

@@ -6,9 +6,10 @@
 //   O^T [512 dims x NW rows]     += V^T [512 x 64] . P^T [64 x NW] (MN-major A, K-major B)
 //
 // so 16 or 32 rows cost no padding, and V^T is read from the same swizzled KV tile as K.
-// One warpgroup per NW rows (WGS = 1 or 2 warpgroups share each KV tile: 16, 32 or 64 rows
-// per CTA); KV tiles of 64 positions gathered by every thread with cp.async into two
-// stages (the next tile loads while this one is computed). Softmax in fp32 per row over
+// One warpgroup per NW rows (WGS = 1 or 2 warpgroups share each KV tile: 16 rows as 1 x 16,
+// 32 as 2 x 16, 64 as 2 x 32); KV tiles of 64 positions gathered by every thread with
+// cp.async into two stages (the next tile loads while this one is computed; its slot
+// indices were loaded a tile before that). Softmax in fp32 per row over
 // the tile's positions (maxima merged across the warpgroup's four warps through shared
 // memory), P rounded to bf16 once, the row sums kept in fp32, the output rounded once.
 // Split-KV partial states have the same format as the other paths (combine.cuh).
@@ -180,8 +181,8 @@ verify_wgmma_kernel(const VerifyParams p) {
                       load_r, load_c0);
   }
   cp_async_commit();
-  int64_t next_source = num_tiles > 1
-      ? kv_source(p, ext, j_begin + kTile + load_r, j_end, load_c0 == 0) : -1;
+  // the kv_indices entry of this thread's row of the next tile to be loaded
+  int64_t next_index = prefix_index_ahead(p, ext, j_begin + kTile + load_r, j_end);
 
   const float scale = static_cast<float>(p.scale_log2);
   const uint32_t q_desc = wgmma::descriptor_low(q_addr + wg_uniform * NW * 128, 16);
@@ -193,10 +194,10 @@ verify_wgmma_kernel(const VerifyParams p) {
     wgmma::fence_shared_for_async();
     __syncthreads();  // tile `it` landed for every thread; the other stage is no longer read
     if (it + 1 < num_tiles) {
-      load_kv_tile<TPR>(p, ext, base + static_cast<uint32_t>((it + 1) & 1) * kStageBytes,
-                        j0 + kTile, next_source, load_r, load_c0);
-      next_source = it + 2 < num_tiles
-          ? kv_source(p, ext, j0 + 2 * kTile + load_r, j_end, load_c0 == 0) : -1;
+      const int64_t jn = j0 + kTile + load_r;
+      load_kv_tile<TPR>(p, ext, base + static_cast<uint32_t>((it + 1) & 1) * kStageBytes, j0 + kTile,
+                        kv_source_of(p, ext, jn, j_end, next_index, load_c0 == 0), load_r, load_c0);
+      next_index = prefix_index_ahead(p, ext, jn + kTile, j_end);
     }
     cp_async_commit();
 
