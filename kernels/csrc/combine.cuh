@@ -1,9 +1,8 @@
 // Deterministic combine of the per-split partial states. One CTA per (query row, 128-column
-// chunk): every split's (m, l) read at once (one thread each), exact log2-domain weights
-// against the global maximum, then 8 warps each merge a fixed subset of the splits (warp
-// w: splits w, w+8, ..., up to 16 partial outputs in flight) and warp 0 adds the 8 partial
-// sums in warp order and rounds to bf16 once: two rounds of memory latency per CTA. Splits
-// that saw nothing (m = -inf) are skipped without reading their partial output.
+// chunk): 8 warps each merge a fixed subset of the splits (warp w: splits w, w+8, ...,
+// four loads in flight) with exact log2-domain weights against the global maximum, then
+// warp 0 adds the 8 partial sums in warp order and rounds to bf16 once. Splits that saw nothing (m = -inf)
+// are skipped without reading their partial output.
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -32,14 +31,12 @@ __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t
   return t - at(lo) < p.n_max ? lo : -1;
 }
 
-__global__ void __launch_bounds__(kCombineWarps * 32, 1)
+__global__ void __launch_bounds__(kCombineWarps * 32)
 verify_combine_kernel(const VerifyParams p) {
-  constexpr int kThreads = kCombineWarps * 32;
-  constexpr int kBatch = 16;  // partial outputs a warp has in flight at once
   __shared__ float4 part[kCombineWarps][32];
   __shared__ float part_l[kCombineWarps];
-  __shared__ float split_w[kThreads], split_wl[kThreads], warp_max[kCombineWarps];
-  static_assert(kMaxSplitsTiled <= kThreads && kMaxSplits <= kThreads, "one split per thread: at most 256");
+  static_assert(kMaxSplitsTiled <= 32 * kCombineWarps && kMaxSplits <= 32 * kCombineWarps,
+                "one weight per lane: at most 256 splits");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t flat = blockIdx.x;  // t * H + h
   const int chunk = blockIdx.y;
@@ -48,47 +45,44 @@ verify_combine_kernel(const VerifyParams p) {
   if (owning_request(p, t) < 0) return;
   const int64_t stride = p.total_tokens * p.heads;
 
-  // every split's (m, l) in one round of loads (thread s: split s), then the global maximum
-  float ms = -INFINITY, ls = 0.f;
-  if (threadIdx.x < p.num_splits) {
-    const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (threadIdx.x * stride + flat) * 2);
-    ms = ml.x;
-    ls = ml.y;
-  }
-  float m = ms;
+  float m = -INFINITY;
+  for (int64_t s = lane; s < p.num_splits; s += 32) m = fmaxf(m, p.ws_ml[(s * stride + flat) * 2]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, off));
-  if (lane == 0) warp_max[warp] = m;
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) m = fmaxf(m, warp_max[w]);
-  // weights against the global maximum; a split that saw nothing (m = -inf) weighs 0 and
-  // its partial output is never read
-  const bool live_split = m != -INFINITY && ms != -INFINITY;
-  split_w[threadIdx.x] = live_split ? exp2f(ms - m) : -1.f;  // -1: not live
-  split_wl[threadIdx.x] = live_split ? exp2f(ms - m) * ls : 0.f;
-  __syncthreads();
 
-  // warp w merges splits w, w + 8, ... in that order (lane i's weight: split w + 8 i)
+  // lane i holds the weight of this warp's i-th split (warp + 8 i); splits that saw
+  // nothing weigh 0 and their partial output is never read
   const int64_t my_split = warp + static_cast<int64_t>(kCombineWarps) * lane;
-  float l = my_split < kThreads ? split_wl[my_split] : 0.f;
+  float w_lane = 0.f, l_lane = 0.f;
+  bool live_lane = false;
+  if (m != -INFINITY && my_split < p.num_splits) {
+    const float ms = p.ws_ml[(my_split * stride + flat) * 2];
+    if (ms != -INFINITY) {
+      live_lane = true;
+      w_lane = exp2f(ms - m);
+      l_lane = w_lane * p.ws_ml[(my_split * stride + flat) * 2 + 1];
+    }
+  }
+  float l = l_lane;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffff, l, off);
+  const unsigned live = __ballot_sync(0xffffffff, live_lane);
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   const float* base = p.ws_acc + flat * 512 + chunk * 128 + 4 * lane;
-  for (int i0 = 0; i0 * kCombineWarps < p.num_splits; i0 += kBatch) {
-    float4 v[kBatch];
-    float w[kBatch];
+  for (int i0 = 0; i0 < 32; i0 += 4) {
+    if (!(live >> i0)) break;  // no live split at or after i0
+    float4 v[4];
+    float w[4];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {  // all of this batch's loads in flight at once
-      const int s = warp + kCombineWarps * (i0 + u);
-      w[u] = s < kThreads ? split_w[s] : -1.f;
-      v[u] = w[u] >= 0.f ? *reinterpret_cast<const float4*>(base + s * stride * 512)
-                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int u = 0; u < 4; ++u) {  // four independent loads in flight
+      w[u] = __shfl_sync(0xffffffff, w_lane, i0 + u);
+      const int64_t s = warp + static_cast<int64_t>(kCombineWarps) * (i0 + u);
+      v[u] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const float4*>(base + s * stride * 512)
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (w[u] < 0.f) continue;
+    for (int u = 0; u < 4; ++u) {
+      if (!((live >> (i0 + u)) & 1u)) continue;
       acc.x += w[u] * v[u].x;
       acc.y += w[u] * v[u].y;
       acc.z += w[u] * v[u].z;
