@@ -103,14 +103,21 @@ __device__ __forceinline__ const void* kv_row(const VerifyParams& p, const Reque
 
 // Whether draft row `tok` sees draft column `d` of its request (tree mask or, without one,
 // a causal chain). `mask_base`: the request's mask_indptr entry; `length` = prefix + N.
-__device__ __forceinline__ bool draft_visible(const VerifyParams& p, int64_t mask_base,
-                                              int64_t length, int64_t prefix, int64_t tok,
-                                              int64_t d) {
-  if (!p.mask) return d <= tok;
+// draft_mask_index: where that entry is in the flat mask.
+__device__ __forceinline__ int64_t draft_mask_index(int64_t mask_base, int64_t length, int64_t prefix,
+                                                    int64_t tok, int64_t d) {
   int64_t idx = mask_base + tok * length + prefix + d;
 #ifdef KDTREE_FAULT_MASK_SHIFT  // negative control: reads the mask one column off
   idx += 1;
 #endif
+  return idx;
+}
+
+__device__ __forceinline__ bool draft_visible(const VerifyParams& p, int64_t mask_base,
+                                              int64_t length, int64_t prefix, int64_t tok,
+                                              int64_t d) {
+  if (!p.mask) return d <= tok;
+  const int64_t idx = draft_mask_index(mask_base, length, prefix, tok, d);
   if (idx < 0 || idx >= p.mask_len) {
     flag_error(p, kMaskTooShort);
     return false;

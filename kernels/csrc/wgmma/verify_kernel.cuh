@@ -44,8 +44,9 @@ struct Shape {
   static constexpr int kQBytes = kColBlocks * kQBlockBytes;
   static constexpr int kPBytes = NW * 128;                // one warpgroup's P^T
   static constexpr int kRedFloats = WGS * 4 * NW;
-  static constexpr int kSmemBytes =
-      1024 /* alignment slack */ + kStages * kStageBytes + kQBytes + WGS * kPBytes + kRedFloats * 4;
+  static constexpr int kDraftWords = 2 * 64;              // draft visibility: 2 words per draft token
+  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes +
+                                    WGS * kPBytes + kRedFloats * 4 + kDraftWords * 4;
   static constexpr int kThreadsPerRow = kThreads / kTile;
   static constexpr int kJ = NW / 8;                       // n8 groups of the accumulators
   static_assert(NW == 16 || NW == 32, "rows per warpgroup");
@@ -76,12 +77,12 @@ __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const Reques
 }
 
 // Visibility of this thread's score elements in a tile that is not all prefix: bit k for
-// element k (position `pos` + 8 * (k / 2 % 2), row `row_here` + 8 * (k / 4) + k % 2). A
-// rolled loop: only boundary tiles come here, and it keeps the accumulators in registers.
+// element k (position `pos` + 8 * (k / 2 % 2), row `row_here` + 8 * (k / 4) + k % 2), draft
+// columns read from the staged bits (stage_draft_visibility). A rolled loop: only boundary
+// tiles come here, and it keeps the accumulators in registers.
 template <int NW>
-__device__ __forceinline__ uint32_t visible_bits(const VerifyParams& p, int64_t mask_base, int64_t length,
-                                              int64_t prefix, int64_t pos, int64_t j_end,
-                                              int64_t row_here, int64_t rows, int64_t H, uint32_t valid_bits) {
+__device__ __forceinline__ uint32_t visible_bits(const uint32_t* draft_vis, int64_t prefix, int64_t pos,
+                                                 int64_t j_end, int64_t row_here, int64_t H, uint32_t valid_bits) {
   uint32_t bits = 0;
 #pragma unroll 1
   for (int k = 0; k < NW / 2; ++k) {
@@ -89,9 +90,47 @@ __device__ __forceinline__ uint32_t visible_bits(const VerifyParams& p, int64_t 
     const int64_t j = pos + 8 * ((k >> 1) & 1);
     if (j >= j_end) continue;
     const int64_t row = row_here + 8 * (k / 4) + (k & 1);
-    if (j < prefix || draft_visible(p, mask_base, length, prefix, row / H, j - prefix)) bits |= 1u << k;
+    const int64_t d = j - prefix;
+    if (d < 0 || ((draft_vis[(row / H) * 2 + (d >> 5)] >> (d & 31)) & 1u)) bits |= 1u << k;
   }
   return bits;
+}
+
+// Stage the request's draft visibility in shared memory: word 2 * tok + d / 32, bit d % 32
+// = draft token tok sees draft column d (what draft_visible() says; a mask too short is
+// flagged the same way). A warp assembles 32 columns with one ballot and has 16 mask bytes
+// in flight at once, instead of one dependent load per score element later.
+template <int kThreads>
+__device__ __forceinline__ void stage_draft_visibility(const VerifyParams& p, int64_t mask_base, int64_t length,
+                                                       int64_t prefix, int64_t qo_len, uint32_t* draft_vis) {
+  constexpr int kWarps = kThreads / 32, kBatch = 16;
+  const int warp_id = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int items = static_cast<int>(2 * qo_len);  // (token, 32-column half) pairs
+  for (int first = 0; first < items; first += kBatch * kWarps) {
+    uint32_t byte[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {  // loads only: all of them in flight
+      const int item = first + u * kWarps + warp_id;
+      const int64_t tok = item / 2, d = (item % 2) * 32 + lane;
+      const int64_t idx = draft_mask_index(mask_base, length, prefix, tok, d);
+      const bool read = p.mask && item < items && d < qo_len && idx >= 0 && idx < p.mask_len;
+      byte[u] = read ? p.mask[idx] : 0u;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int item = first + u * kWarps + warp_id;
+      const int64_t tok = item / 2, d = (item % 2) * 32 + lane;
+      const bool cell = item < items && d < qo_len;
+      bool vis = d <= tok;  // no mask: a causal chain
+      if (p.mask) {
+        const int64_t idx = draft_mask_index(mask_base, length, prefix, tok, d);
+        if (cell && (idx < 0 || idx >= p.mask_len)) flag_error(p, kMaskTooShort);
+        vis = byte[u] != 0u && (!p.causal || d <= tok);
+      }
+      const unsigned word = __ballot_sync(0xffffffffu, cell && vis);
+      if (lane == 0 && item < items) draft_vis[item] = word;
+    }
+  }
 }
 
 // S^T = K . Q^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units.
@@ -129,6 +168,7 @@ verify_wgmma_kernel(const VerifyParams p) {
   const uint32_t p_addr_uniform = q_addr + S::kQBytes + wg_uniform * S::kPBytes;
   float* red = reinterpret_cast<float*>(smem_raw + (q_addr + S::kQBytes + WGS * S::kPBytes - raw));
   float* red_wg = red + wg * 4 * NW;
+  uint32_t* draft_vis = reinterpret_cast<uint32_t*>(red + S::kRedFloats);
 
   const int64_t b = blockIdx.y, split = blockIdx.z;
   const int64_t H = p.heads;
@@ -181,6 +221,8 @@ verify_wgmma_kernel(const VerifyParams p) {
                       load_r, load_c0);
   }
   cp_async_commit();
+  if (num_tiles > 0 && j_end > prefix)  // this split holds draft positions (the first tile's loads are in flight)
+    stage_draft_visibility<S::kThreads>(p, mask_base, length, prefix, ext.qo_len, draft_vis);
   // the kv_indices entry of this thread's row of the next tile to be loaded
   int64_t next_index = prefix_index_ahead(p, ext, j_begin + kTile + load_r, j_end);
 
@@ -214,10 +256,24 @@ verify_wgmma_kernel(const VerifyParams p) {
 #pragma unroll
     for (int i = 0; i < NW / 2; ++i) wgmma::pin(s[i]);
 
+    // -- draft positions take their V from v_extend: copied over K's first 512 columns once
+    // every warpgroup is done with K, asynchronously (it lands while the softmax runs)
+    const bool draft_tile = j0 + kTile > prefix && j_end > prefix;
+    if (draft_tile) {
+      __syncthreads();
+      const int64_t j = j0 + load_r;
+      if (j >= prefix && j < j_end) {
+        const bf16* src = static_cast<const bf16*>(p.v_extend) + (qo_start + j - prefix) * p.ve_stride_t;
+        for (int c = load_c0; c < kValueBlocks * 8; c += TPR)
+          cp_async_16_to(stage + (c / 8) * kBlockBytes + wgmma::swizzled(load_r, c % 8), src + c * 8, 16);
+      }
+      cp_async_commit();
+    }
+
     // -- scale and mask (log2 units); s[4*jj + e]: position 16*warp + g + 8*(e/2), row 8*jj + 2*t + e%2
     const uint32_t vis = j0 + kTile <= prefix && j0 + kTile <= j_end
         ? valid_bits
-        : visible_bits<NW>(p, mask_base, length, prefix, j0 + 16 * warp + g, j_end, row_here, rows, H, valid_bits);
+        : visible_bits<NW>(draft_vis, prefix, j0 + 16 * warp + g, j_end, row_here, H, valid_bits);
     float tmax[J][2];
 #pragma unroll
     for (int jj = 0; jj < J; ++jj) {
@@ -273,17 +329,8 @@ verify_wgmma_kernel(const VerifyParams p) {
             acc[mt][4 * jj + 2 + c] *= alpha_r[jj][c];
           }
 
-    // -- draft positions take their V from v_extend (every warpgroup is done with K)
-    if (j0 + kTile > prefix && j_end > prefix) {
-      __syncthreads();
-      const int64_t j = j0 + load_r;
-      if (j >= prefix && j < j_end) {
-        const bf16* src = static_cast<const bf16*>(p.v_extend) + (qo_start + j - prefix) * p.ve_stride_t;
-        unsigned char* tile = smem_raw + (stage - raw);
-        for (int c = load_c0; c < kValueBlocks * 8; c += TPR)
-          *reinterpret_cast<uint4*>(tile + (c / 8) * kBlockBytes + wgmma::swizzled(load_r, c % 8)) =
-              *reinterpret_cast<const uint4*>(src + c * 8);
-      }
+    if (draft_tile) {  // the draft V rows landed for every thread (and the next tile's, if any)
+      cp_async_wait<0>();
       wgmma::fence_shared_for_async();
       __syncthreads();
     }
