@@ -88,7 +88,9 @@ int64_t kdtree_path_smem(int64_t path) {
 // this device, 2 on a bad argument.
 int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64_t smem_optin,
                 int64_t capability, int64_t workspace_budget_bytes, int64_t request, int64_t* out) {
-  if (bs < 1 || heads < 1 || n_max < 1 || num_sms < 1 || request < -1 || request > 2) return 2;
+  if (bs < 1 || heads < 1 || n_max < 1 || n_max > kdtree::kMaxDraft || num_sms < 1 || request < -1 ||
+      request > 2)
+    return 2;
   const int64_t rows = n_max * heads;
   const int64_t tiled = rows > 32 ? kdtree::kPathTiled64 : kdtree::kPathTiled32;
   const int64_t wgmma = rows > 32 ? kdtree::kPathWgmma64
@@ -118,6 +120,7 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
 int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, int part) {
   if (part < 0 || part > 2) return static_cast<int>(cudaErrorInvalidValue);
   const VerifyParams& p = *params;
+  if (p.n_max < 1 || p.n_max > kdtree::kMaxDraft) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   cudaError_t e = cudaSuccess;
   if (part != 2) {

@@ -44,7 +44,7 @@ struct Shape {
   static constexpr int kQBytes = kColBlocks * kQBlockBytes;
   static constexpr int kPBytes = NW * 128;                // one warpgroup's P^T
   static constexpr int kRedFloats = WGS * 4 * NW;
-  static constexpr int kDraftWords = 2 * 64;              // draft visibility: 2 words per draft token
+  static constexpr int kDraftWords = 2 * kMaxDraft;       // draft visibility: 2 words per draft token
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes +
                                     WGS * kPBytes + kRedFloats * 4 + kDraftWords * 4;
   static constexpr int kThreadsPerRow = kThreads / kTile;
