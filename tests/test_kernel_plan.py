@@ -80,6 +80,6 @@ def test_workspace_budget_bounds_the_splits(lib):
     assert splits <= 3
 
 
-@pytest.mark.parametrize("args", [(0, 8, 4), (1, 0, 4), (1, 8, 0), (1, 8, 65)])
+@pytest.mark.parametrize("args", [(0, 8, 4), (1, 0, 4), (1, 8, 0), (1, 8, 65), (1, (1 << 20) + 1, 1)])
 def test_bad_sizes_are_refused(lib, args):
     assert plan(lib, *args)[0] == 2

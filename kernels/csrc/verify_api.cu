@@ -41,11 +41,11 @@ cudaError_t launch_tiled(const VerifyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <int NW, int WGS>
+template <int NW, int WGS, int MWG>
 cudaError_t launch_wgmma(const VerifyParams& p, cudaStream_t stream) {
   static unsigned long long configured = 0;
-  using Shape = kdtree::wgmma_path::Shape<NW, WGS>;
-  auto kernel = kdtree::wgmma_path::verify_wgmma_kernel<NW, WGS>;
+  using Shape = kdtree::wgmma_path::Shape<NW, WGS, MWG>;
+  auto kernel = kdtree::wgmma_path::verify_wgmma_kernel<NW, WGS, MWG>;
   cudaError_t e = allow_shared_memory(kernel, Shape::kSmemBytes, &configured);
   if (e != cudaSuccess) return e;
   dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
@@ -74,9 +74,9 @@ int64_t kdtree_path_smem(int64_t path) {
     case kdtree::kPathPortable: return kdtree::kSmemBytes;
     case kdtree::kPathTiled32: return kdtree::tiled::Tile<32>::kSmemBytes;
     case kdtree::kPathTiled64: return kdtree::tiled::Tile<64>::kSmemBytes;
-    case kdtree::kPathWgmma16: return kdtree::wgmma_path::Shape<16, 1>::kSmemBytes;
-    case kdtree::kPathWgmma32: return kdtree::wgmma_path::Shape<16, 2>::kSmemBytes;
-    case kdtree::kPathWgmma64: return kdtree::wgmma_path::Shape<32, 2>::kSmemBytes;
+    case kdtree::kPathWgmma16: return kdtree::wgmma_path::Shape<16, 2, 1>::kSmemBytes;
+    case kdtree::kPathWgmma32: return kdtree::wgmma_path::Shape<16, 2, 2>::kSmemBytes;
+    case kdtree::kPathWgmma64: return kdtree::wgmma_path::Shape<32, 2, 2>::kSmemBytes;
     default: return -1;
   }
 }
@@ -88,7 +88,7 @@ int64_t kdtree_path_smem(int64_t path) {
 // this device, 2 on a bad argument.
 int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64_t smem_optin,
                 int64_t capability, int64_t workspace_budget_bytes, int64_t request, int64_t* out) {
-  if (bs < 1 || heads < 1 || n_max < 1 || n_max > kdtree::kMaxDraft || num_sms < 1 || request < -1 ||
+  if (bs < 1 || heads < 1 || heads > kdtree::kMaxHeads || n_max < 1 || n_max > kdtree::kMaxDraft || num_sms < 1 || request < -1 ||
       request > 2)
     return 2;
   const int64_t rows = n_max * heads;
@@ -120,7 +120,8 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
 int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, int part) {
   if (part < 0 || part > 2) return static_cast<int>(cudaErrorInvalidValue);
   const VerifyParams& p = *params;
-  if (p.n_max < 1 || p.n_max > kdtree::kMaxDraft) return static_cast<int>(cudaErrorInvalidValue);
+  if (p.n_max < 1 || p.n_max > kdtree::kMaxDraft || p.heads < 1 || p.heads > kdtree::kMaxHeads)
+    return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   cudaError_t e = cudaSuccess;
   if (part != 2) {
@@ -128,9 +129,9 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
       case kdtree::kPathPortable: e = launch_portable(p, stream); break;
       case kdtree::kPathTiled32: e = launch_tiled<32>(p, stream); break;
       case kdtree::kPathTiled64: e = launch_tiled<64>(p, stream); break;
-      case kdtree::kPathWgmma16: e = launch_wgmma<16, 1>(p, stream); break;
-      case kdtree::kPathWgmma32: e = launch_wgmma<16, 2>(p, stream); break;
-      case kdtree::kPathWgmma64: e = launch_wgmma<32, 2>(p, stream); break;
+      case kdtree::kPathWgmma16: e = launch_wgmma<16, 2, 1>(p, stream); break;
+      case kdtree::kPathWgmma32: e = launch_wgmma<16, 2, 2>(p, stream); break;
+      case kdtree::kPathWgmma64: e = launch_wgmma<32, 2, 2>(p, stream); break;
       default: return static_cast<int>(cudaErrorInvalidValue);
     }
   }

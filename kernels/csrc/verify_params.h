@@ -9,6 +9,7 @@ namespace kdtree {
 constexpr int kHeadDim = 576;   // the contract's q/k width: 512 latent dims + 64 rope dims
 constexpr int kValueDim = 512;  // v = the first 512 dims of a key row
 constexpr int kMaxDraft = 64;   // draft tokens per request at most (max_len_extend)
+constexpr int64_t kMaxHeads = 1 << 20;  // query heads per rank at most (keeps rows below 2^32)
 
 struct VerifyParams {
   // device pointers

@@ -90,6 +90,15 @@ __device__ __forceinline__ int64_t kv_source_of(const VerifyParams& p, const Req
   return clamp_slot(p, raw_index, report);
 }
 
+// Query row `row` of a request as (draft token, head). Rows are below kMaxDraft x kMaxHeads
+// (< 2^32), so a 32-bit division does (a 64-bit one is a long software routine).
+__device__ __forceinline__ void row_token_head(int64_t row, int64_t heads, int64_t* tok, int64_t* head) {
+  const uint32_t r = static_cast<uint32_t>(row), h = static_cast<uint32_t>(heads);
+  const uint32_t t = r / h;
+  *tok = t;
+  *head = r - t * h;
+}
+
 // Where the KV row of position j (its kv_source()) is read from, in bf16 elements: the
 // prefix slot's row of k_buffer, the draft's row of k_extend, or past the range the
 // buffer's base with *bytes = 0 (a 16-byte cp.async then writes zeros and reads nothing).

@@ -37,6 +37,11 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
+// Arrive at named barrier `id` without waiting (the waiting side uses named_barrier).
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
 // Low 32 bits of the descriptor of a 128-byte-swizzled operand at shared address `addr`
 // (bytes) with leading byte offset `leading` (see the header comment); the high word is
 // the same for every operand here (stride 1024 bytes, 128-byte swizzle): kDescHigh.

@@ -6,10 +6,12 @@
 //   O^T [512 dims x NW rows]     += V^T [512 x 64] . P^T [64 x NW] (MN-major A, K-major B)
 //
 // so 16 or 32 rows cost no padding, and V^T is read from the same swizzled KV tile as K.
-// One warpgroup per NW rows (WGS = 1 or 2 warpgroups share each KV tile: 16 rows as 1 x 16,
-// 32 as 2 x 16, 64 as 2 x 32); KV tiles of 64 positions gathered by every thread with
-// cp.async into two stages (the next tile loads while this one is computed; its slot
-// indices were loaded a tile before that). Softmax in fp32 per row over
+// Two warpgroups per CTA, MWG of them computing NW rows each (16 rows as 1 x 16 with the
+// other warpgroup only copying, 32 as 2 x 16, 64 as 2 x 32); warpgroup 1 queues its MMAs
+// behind warpgroup 0's, so one's softmax overlaps the other's MMAs. KV tiles of 64
+// positions gathered by every thread with cp.async into two stages: the next tile's
+// copies are issued right after this tile's QK MMAs (they run while the tensor cores
+// work), its slot indices were loaded a tile before that. Softmax in fp32 per row over
 // the tile's positions (maxima merged across the warpgroup's four warps through shared
 // memory), P rounded to bf16 once, the row sums kept in fp32, the output rounded once.
 // Split-KV partial states have the same format as the other paths (combine.cuh).
@@ -36,22 +38,34 @@ constexpr int kBlockBytes = kTile * 128;           // one column block of a KV t
 constexpr int kStageBytes = kColBlocks * kBlockBytes;
 constexpr int kStages = 2;
 
-template <int NW, int WGS>
+template <int NW, int WGS, int MWG>
 struct Shape {
   static constexpr int kThreads = 128 * WGS;
-  static constexpr int kRows = NW * WGS;                  // query rows per CTA
+  static constexpr int kRows = NW * MWG;                  // query rows per CTA
   static constexpr int kQBlockBytes = kRows * 128;
   static constexpr int kQBytes = kColBlocks * kQBlockBytes;
   static constexpr int kPBytes = NW * 128;                // one warpgroup's P^T
-  static constexpr int kRedFloats = WGS * 4 * NW;
+  static constexpr int kRedFloats = MWG * 4 * NW;
   static constexpr int kDraftWords = 2 * kMaxDraft;       // draft visibility: 2 words per draft token
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes +
-                                    WGS * kPBytes + kRedFloats * 4 + kDraftWords * 4;
-  static constexpr int kThreadsPerRow = kThreads / kTile;
+                                    MWG * kPBytes + kRedFloats * 4 + kDraftWords * 4;
+  static constexpr int kThreadsPerRow = kThreads / kTile;   // KV tile copies
+  static constexpr int kQThreadsPerRow = kThreads / kRows;  // Q copies
+  static_assert(kThreads % kRows == 0, "whole threads per Q row");
   static constexpr int kJ = NW / 8;                       // n8 groups of the accumulators
   static_assert(NW == 16 || NW == 32, "rows per warpgroup");
+  static_assert(MWG >= 1 && MWG <= WGS, "math warpgroups: some or all of the CTA's");
   static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
 };
+
+// 2^x by the hardware approximation alone (ex2.approx.ftz): the same result as exp2f for
+// every result at or above 2^-126, 0 below (exp2f adds a denormal path, 4 more instructions);
+// softmax weights that small vanish beside the row maximum's 1 either way
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 __device__ __forceinline__ void cp_async_16_to(uint32_t smem_dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_dst), "l"(src), "r"(bytes));
@@ -89,9 +103,10 @@ __device__ __forceinline__ uint32_t visible_bits(const uint32_t* draft_vis, int6
     if (!((valid_bits >> k) & 1u)) continue;
     const int64_t j = pos + 8 * ((k >> 1) & 1);
     if (j >= j_end) continue;
-    const int64_t row = row_here + 8 * (k / 4) + (k & 1);
     const int64_t d = j - prefix;
-    if (d < 0 || ((draft_vis[(row / H) * 2 + (d >> 5)] >> (d & 31)) & 1u)) bits |= 1u << k;
+    int64_t tok = 0, head;
+    if (d >= 0) row_token_head(row_here + 8 * (k / 4) + (k & 1), H, &tok, &head);
+    if (d < 0 || ((draft_vis[tok * 2 + (d >> 5)] >> (d & 31)) & 1u)) bits |= 1u << k;
   }
   return bits;
 }
@@ -149,11 +164,11 @@ __device__ __forceinline__ void pv_steps(float (*acc)[NW / 2], uint32_t v_desc, 
        acc[I / 4], v_desc, p_desc, 1), ...);
 }
 
-template <int NW, int WGS>
+template <int NW, int WGS, int MWG>
 __global__ void __launch_bounds__(128 * WGS, 1)
 verify_wgmma_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Shape<NW, WGS>;
+  using S = Shape<NW, WGS, MWG>;
   constexpr int TPR = S::kThreadsPerRow;
   constexpr int J = S::kJ;
   extern __shared__ unsigned char smem_raw[];
@@ -161,12 +176,13 @@ verify_wgmma_kernel(const VerifyParams p) {
   const uint32_t base = (raw + 1023u) & ~1023u;   // swizzled blocks start on 1024 bytes
   const uint32_t q_addr = base + kStages * kStageBytes;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const bool math_wg = wg < MWG;  // the other warpgroups only copy (warpgroup-uniform)
   const int g = lane / 4, t = lane % 4;
   const uint32_t p_addr = q_addr + S::kQBytes + wg * S::kPBytes;   // this warpgroup's P^T
   // the warpgroup index as a warp-uniform value (so MMA descriptors stay in uniform registers)
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
   const uint32_t p_addr_uniform = q_addr + S::kQBytes + wg_uniform * S::kPBytes;
-  float* red = reinterpret_cast<float*>(smem_raw + (q_addr + S::kQBytes + WGS * S::kPBytes - raw));
+  float* red = reinterpret_cast<float*>(smem_raw + (q_addr + S::kQBytes + MWG * S::kPBytes - raw));
   float* red_wg = red + wg * 4 * NW;
   uint32_t* draft_vis = reinterpret_cast<uint32_t*>(red + S::kRedFloats);
 
@@ -206,19 +222,28 @@ verify_wgmma_kernel(const VerifyParams p) {
   const int load_r = tid / TPR, load_c0 = tid % TPR;
   const int64_t num_tiles = j_begin < j_end ? ceil_div(j_end - j_begin, kTile) : 0;
   if (num_tiles > 0) {
-    for (int idx = tid; idx < S::kRows * kColBlocks * 8; idx += S::kThreads) {  // Q^T (zeros past `rows`)
-      const int r = idx / (kColBlocks * 8), c = idx % (kColBlocks * 8);
+    // the first tile's slot index is loaded before the Q copies are issued (its latency
+    // hides behind them)
+    const int64_t first_index = prefix_index_ahead(p, ext, j_begin + load_r, j_end);
+    {  // Q^T: the kQThreadsPerRow threads of row r copy its 72 chunks (zeros past `rows`);
+       // the row's address is worked out once
+      const int r = tid / S::kQThreadsPerRow;
       const int64_t row = row0 + r;
       const bf16* src = static_cast<const bf16*>(p.q);
       int bytes = 0;
       if (row < rows) {
-        src += (qo_start + row / H) * p.q_stride_t + (row % H) * p.q_stride_h + c * 8;
+        int64_t tok, head;
+        row_token_head(row, H, &tok, &head);
+        src += (qo_start + tok) * p.q_stride_t + head * p.q_stride_h;
         bytes = 16;
       }
-      cp_async_16_to(q_addr + (c / 8) * S::kQBlockBytes + wgmma::swizzled(r, c % 8), src, bytes);
+#pragma unroll
+      for (int c = tid % S::kQThreadsPerRow; c < kColBlocks * 8; c += S::kQThreadsPerRow)
+        cp_async_16_to(q_addr + (c / 8) * S::kQBlockBytes + wgmma::swizzled(r, c % 8), bytes ? src + c * 8 : src,
+                       bytes);
     }
-    load_kv_tile<TPR>(p, ext, base, j_begin, kv_source(p, ext, j_begin + load_r, j_end, load_c0 == 0),
-                      load_r, load_c0);
+    load_kv_tile<TPR>(p, ext, base, j_begin,
+                      kv_source_of(p, ext, j_begin + load_r, j_end, first_index, load_c0 == 0), load_r, load_c0);
   }
   cp_async_commit();
   if (num_tiles > 0 && j_end > prefix)  // this split holds draft positions (the first tile's loads are in flight)
@@ -235,23 +260,34 @@ verify_wgmma_kernel(const VerifyParams p) {
     cp_async_wait<0>();
     wgmma::fence_shared_for_async();
     __syncthreads();  // tile `it` landed for every thread; the other stage is no longer read
-    if (it + 1 < num_tiles) {
+    const bool load_next = it + 1 < num_tiles;
+    const uint32_t next_stage = base + static_cast<uint32_t>((it + 1) & 1) * kStageBytes;
+    int64_t next_source = -1;
+    if (load_next) {
       const int64_t jn = j0 + kTile + load_r;
-      load_kv_tile<TPR>(p, ext, base + static_cast<uint32_t>((it + 1) & 1) * kStageBytes, j0 + kTile,
-                        kv_source_of(p, ext, jn, j_end, next_index, load_c0 == 0), load_r, load_c0);
+      next_source = kv_source_of(p, ext, jn, j_end, next_index, load_c0 == 0);
       next_index = prefix_index_ahead(p, ext, jn + kTile, j_end);
     }
-    cp_async_commit();
 
     // -- S^T = K . Q^T over 576 dims (36 k16 steps)
     float s[NW / 2];
 #pragma unroll
     for (int i = 0; i < NW / 2; ++i) s[i] = 0.f;
     const uint32_t stage_uniform = __shfl_sync(0xffffffffu, stage, 0);
-    const uint32_t k_desc = wgmma::descriptor_low(stage_uniform, 16);
-    wgmma::fence();
-    qk_steps<NW, S::kQBlockBytes>(s, k_desc, q_desc, std::make_integer_sequence<int, kColBlocks * 4>{});
-    wgmma::commit();
+    if (math_wg) {
+      // warpgroup 1 queues its MMAs behind warpgroup 0's, so warpgroup 0's softmax runs
+      // while the tensor cores work for warpgroup 1 (and the other way round for PV)
+      if (MWG == 2 && wg == 1) wgmma::named_barrier(3, 256);
+      const uint32_t k_desc = wgmma::descriptor_low(stage_uniform, 16);
+      wgmma::fence();
+      qk_steps<NW, S::kQBlockBytes>(s, k_desc, q_desc, std::make_integer_sequence<int, kColBlocks * 4>{});
+      wgmma::commit();
+      if (MWG == 2 && wg == 0) wgmma::named_arrive(3, 256);
+    }
+    // the next tile's copies are issued while the tensor cores work on this one (into the
+    // other stage, which the barrier above freed)
+    if (load_next) load_kv_tile<TPR>(p, ext, next_stage, j0 + kTile, next_source, load_r, load_c0);
+    cp_async_commit();
     wgmma::wait<0>();
 #pragma unroll
     for (int i = 0; i < NW / 2; ++i) wgmma::pin(s[i]);
@@ -270,85 +306,91 @@ verify_wgmma_kernel(const VerifyParams p) {
       cp_async_commit();
     }
 
-    // -- scale and mask (log2 units); s[4*jj + e]: position 16*warp + g + 8*(e/2), row 8*jj + 2*t + e%2
-    const uint32_t vis = j0 + kTile <= prefix && j0 + kTile <= j_end
-        ? valid_bits
-        : visible_bits<NW>(draft_vis, prefix, j0 + 16 * warp + g, j_end, row_here, H, valid_bits);
-    float tmax[J][2];
-#pragma unroll
-    for (int jj = 0; jj < J; ++jj) {
-      tmax[jj][0] = tmax[jj][1] = -INFINITY;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float v = (vis >> (4 * jj + e)) & 1u ? s[4 * jj + e] * scale : -INFINITY;
-        s[4 * jj + e] = v;
-        tmax[jj][e & 1] = fmaxf(tmax[jj][e & 1], v);
+    if (math_wg) {
+      // -- scale and mask (log2 units); s[4*jj + e]: position 16*warp + g + 8*(e/2), row 8*jj + 2*t + e%2
+      const uint32_t vis = j0 + kTile <= prefix && j0 + kTile <= j_end
+          ? valid_bits
+          : visible_bits<NW>(draft_vis, prefix, j0 + 16 * warp + g, j_end, row_here, H, valid_bits);
+      float tmax[J][2];
+  #pragma unroll
+      for (int jj = 0; jj < J; ++jj) {
+        tmax[jj][0] = tmax[jj][1] = -INFINITY;
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float v = (vis >> (4 * jj + e)) & 1u ? s[4 * jj + e] * scale : -INFINITY;
+          s[4 * jj + e] = v;
+          tmax[jj][e & 1] = fmaxf(tmax[jj][e & 1], v);
+        }
+  #pragma unroll
+        for (int c = 0; c < 2; ++c) {
+  #pragma unroll
+          for (int off = 4; off < 32; off <<= 1)
+            tmax[jj][c] = fmaxf(tmax[jj][c], __shfl_xor_sync(0xffffffff, tmax[jj][c], off));
+          if (g == 0) red_wg[warp * NW + 8 * jj + 2 * t + c] = tmax[jj][c];
+        }
       }
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1)
-          tmax[jj][c] = fmaxf(tmax[jj][c], __shfl_xor_sync(0xffffffff, tmax[jj][c], off));
-        if (g == 0) red_wg[warp * NW + 8 * jj + 2 * t + c] = tmax[jj][c];
-      }
-    }
-    wgmma::named_barrier(1 + wg, 128);
+      wgmma::named_barrier(1 + wg, 128);
 
-    // -- online softmax; P^T (bf16) to shared memory, rows n, positions contiguous
-    float alpha_r[J][2];
-    bool rescale = false;
-#pragma unroll
-    for (int jj = 0; jj < J; ++jj)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int n = 8 * jj + 2 * t + c;
-        float mx = red_wg[n];
-#pragma unroll
-        for (int w = 1; w < 4; ++w) mx = fmaxf(mx, red_wg[w * NW + n]);
-        const float new_m = fmaxf(m_run[jj][c], mx);
-        const float base_m = new_m == -INFINITY ? 0.f : new_m;
-        const float alpha = exp2f(m_run[jj][c] - base_m);
-        alpha_r[jj][c] = alpha;
-        rescale |= alpha != 1.f;
-        m_run[jj][c] = new_m;
-        const float p0 = exp2f(s[4 * jj + c] - base_m), p1 = exp2f(s[4 * jj + 2 + c] - base_m);
-        l_run[jj][c] = l_run[jj][c] * alpha + (p0 + p1);
-        const int pos = 16 * warp + g;
-        bf16* pt = reinterpret_cast<bf16*>(smem_raw + (p_addr - raw));
-        pt[wgmma::swizzled(n, pos / 8) / 2 + pos % 8] = __float2bfloat16_rn(p0);
-        pt[wgmma::swizzled(n, pos / 8 + 1) / 2 + pos % 8] = __float2bfloat16_rn(p1);
-      }
-    if (__any_sync(0xffffffffu, rescale))  // no row of this warp moved its maximum: nothing to scale
-#pragma unroll
+      // -- online softmax; P^T (bf16) to shared memory, rows n, positions contiguous
+      float alpha_r[J][2];
+      bool rescale = false;
+  #pragma unroll
       for (int jj = 0; jj < J; ++jj)
-#pragma unroll
-        for (int c = 0; c < 2; ++c)
-#pragma unroll
-          for (int mt = 0; mt < kValueBlocks; ++mt) {
-            acc[mt][4 * jj + c] *= alpha_r[jj][c];
-            acc[mt][4 * jj + 2 + c] *= alpha_r[jj][c];
-          }
+  #pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int n = 8 * jj + 2 * t + c;
+          float mx = red_wg[n];
+  #pragma unroll
+          for (int w = 1; w < 4; ++w) mx = fmaxf(mx, red_wg[w * NW + n]);
+          const float new_m = fmaxf(m_run[jj][c], mx);
+          const float base_m = new_m == -INFINITY ? 0.f : new_m;
+          const float alpha = exp2_approx(m_run[jj][c] - base_m);
+          alpha_r[jj][c] = alpha;
+          rescale |= alpha != 1.f;
+          m_run[jj][c] = new_m;
+          const float p0 = exp2_approx(s[4 * jj + c] - base_m), p1 = exp2_approx(s[4 * jj + 2 + c] - base_m);
+          l_run[jj][c] = l_run[jj][c] * alpha + (p0 + p1);
+          const int pos = 16 * warp + g;
+          bf16* pt = reinterpret_cast<bf16*>(smem_raw + (p_addr - raw));
+          pt[wgmma::swizzled(n, pos / 8) / 2 + pos % 8] = __float2bfloat16_rn(p0);
+          pt[wgmma::swizzled(n, pos / 8 + 1) / 2 + pos % 8] = __float2bfloat16_rn(p1);
+        }
+      if (__any_sync(0xffffffffu, rescale))  // no row of this warp moved its maximum: nothing to scale
+  #pragma unroll
+        for (int jj = 0; jj < J; ++jj)
+  #pragma unroll
+          for (int c = 0; c < 2; ++c)
+  #pragma unroll
+            for (int mt = 0; mt < kValueBlocks; ++mt) {
+              acc[mt][4 * jj + c] *= alpha_r[jj][c];
+              acc[mt][4 * jj + 2 + c] *= alpha_r[jj][c];
+            }
+
+    }
 
     if (draft_tile) {  // the draft V rows landed for every thread (and the next tile's, if any)
       cp_async_wait<0>();
       wgmma::fence_shared_for_async();
       __syncthreads();
     }
-    wgmma::fence_shared_for_async();
-    wgmma::named_barrier(1 + wg, 128);  // P^T complete; the maxima were read
+    if (math_wg) {
+      wgmma::fence_shared_for_async();
+      wgmma::named_barrier(1 + wg, 128);  // P^T complete; the maxima were read
 
-    // -- O^T += V^T . P^T: 8 value blocks x 4 k16 steps
-    const uint32_t v_desc = wgmma::descriptor_low(stage_uniform, kBlockBytes);
-    wgmma::fence();
-    pv_steps<NW>(acc, v_desc, p_desc, std::make_integer_sequence<int, kValueBlocks * 4>{});
-    wgmma::commit();
-    wgmma::wait<0>();
-#pragma unroll
-    for (int mt = 0; mt < kValueBlocks; ++mt)
-#pragma unroll
-      for (int i = 0; i < NW / 2; ++i) wgmma::pin(acc[mt][i]);
+      // -- O^T += V^T . P^T: 8 value blocks x 4 k16 steps
+      const uint32_t v_desc = wgmma::descriptor_low(stage_uniform, kBlockBytes);
+      wgmma::fence();
+      pv_steps<NW>(acc, v_desc, p_desc, std::make_integer_sequence<int, kValueBlocks * 4>{});
+      wgmma::commit();
+      wgmma::wait<0>();
+  #pragma unroll
+      for (int mt = 0; mt < kValueBlocks; ++mt)
+  #pragma unroll
+        for (int i = 0; i < NW / 2; ++i) wgmma::pin(acc[mt][i]);
+    }
   }
   cp_async_wait<0>();
+  if (!math_wg) return;
 
   // -- row sums: over the lanes that share a row, then over the warpgroup's four warps
 #pragma unroll
@@ -377,7 +419,9 @@ verify_wgmma_kernel(const VerifyParams p) {
       const float l = red_wg[n] + red_wg[NW + n] + red_wg[2 * NW + n] + red_wg[3 * NW + n];
       const float m = m_run[jj][c];
       const int64_t row = row0 + wg * NW + n;
-      const int64_t tk = qo_start + row / H, h = row % H;
+      int64_t tk, h;
+      row_token_head(row, H, &tk, &h);
+      tk += qo_start;
       const int d0 = 16 * warp + g;
       if (p.num_splits == 1) {
         const float inv = l > 0.f ? 1.f / l : 0.f;
