@@ -7,8 +7,8 @@
 //
 // so 16 or 32 rows cost no padding, and V^T is read from the same swizzled KV tile as K.
 // Two warpgroups per CTA, MWG of them computing NW rows each (16 rows as 1 x 16 with the
-// other warpgroup only copying, 32 as 2 x 16, 64 as 2 x 32); warpgroup 1 queues its MMAs
-// behind warpgroup 0's, so one's softmax overlaps the other's MMAs. KV tiles of 64
+// other warpgroup only copying, 32 as 2 x 16, 64 as 2 x 32); warpgroup 1 queues its QK
+// MMAs behind warpgroup 0's, so 0's softmax overlaps 1's MMAs. KV tiles of 64
 // positions gathered by every thread with cp.async into two stages: the next tile's
 // copies are issued right after this tile's QK MMAs (they run while the tensor cores
 // work), its slot indices were loaded a tile before that. Softmax in fp32 per row over
@@ -275,8 +275,8 @@ verify_wgmma_kernel(const VerifyParams p) {
     for (int i = 0; i < NW / 2; ++i) s[i] = 0.f;
     const uint32_t stage_uniform = __shfl_sync(0xffffffffu, stage, 0);
     if (math_wg) {
-      // warpgroup 1 queues its MMAs behind warpgroup 0's, so warpgroup 0's softmax runs
-      // while the tensor cores work for warpgroup 1 (and the other way round for PV)
+      // warpgroup 1 queues its QK MMAs behind warpgroup 0's, so warpgroup 0's softmax runs
+      // while the tensor cores work for warpgroup 1
       if (MWG == 2 && wg == 1) wgmma::named_barrier(3, 256);
       const uint32_t k_desc = wgmma::descriptor_low(stage_uniform, 16);
       wgmma::fence();
@@ -312,18 +312,18 @@ verify_wgmma_kernel(const VerifyParams p) {
           ? valid_bits
           : visible_bits<NW>(draft_vis, prefix, j0 + 16 * warp + g, j_end, row_here, H, valid_bits);
       float tmax[J][2];
-  #pragma unroll
+#pragma unroll
       for (int jj = 0; jj < J; ++jj) {
         tmax[jj][0] = tmax[jj][1] = -INFINITY;
-  #pragma unroll
+#pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float v = (vis >> (4 * jj + e)) & 1u ? s[4 * jj + e] * scale : -INFINITY;
           s[4 * jj + e] = v;
           tmax[jj][e & 1] = fmaxf(tmax[jj][e & 1], v);
         }
-  #pragma unroll
+#pragma unroll
         for (int c = 0; c < 2; ++c) {
-  #pragma unroll
+#pragma unroll
           for (int off = 4; off < 32; off <<= 1)
             tmax[jj][c] = fmaxf(tmax[jj][c], __shfl_xor_sync(0xffffffff, tmax[jj][c], off));
           if (g == 0) red_wg[warp * NW + 8 * jj + 2 * t + c] = tmax[jj][c];
@@ -334,13 +334,13 @@ verify_wgmma_kernel(const VerifyParams p) {
       // -- online softmax; P^T (bf16) to shared memory, rows n, positions contiguous
       float alpha_r[J][2];
       bool rescale = false;
-  #pragma unroll
+#pragma unroll
       for (int jj = 0; jj < J; ++jj)
-  #pragma unroll
+#pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int n = 8 * jj + 2 * t + c;
           float mx = red_wg[n];
-  #pragma unroll
+#pragma unroll
           for (int w = 1; w < 4; ++w) mx = fmaxf(mx, red_wg[w * NW + n]);
           const float new_m = fmaxf(m_run[jj][c], mx);
           const float base_m = new_m == -INFINITY ? 0.f : new_m;
@@ -356,16 +356,15 @@ verify_wgmma_kernel(const VerifyParams p) {
           pt[wgmma::swizzled(n, pos / 8 + 1) / 2 + pos % 8] = __float2bfloat16_rn(p1);
         }
       if (__any_sync(0xffffffffu, rescale))  // no row of this warp moved its maximum: nothing to scale
-  #pragma unroll
+#pragma unroll
         for (int jj = 0; jj < J; ++jj)
-  #pragma unroll
+#pragma unroll
           for (int c = 0; c < 2; ++c)
-  #pragma unroll
+#pragma unroll
             for (int mt = 0; mt < kValueBlocks; ++mt) {
               acc[mt][4 * jj + c] *= alpha_r[jj][c];
               acc[mt][4 * jj + 2 + c] *= alpha_r[jj][c];
             }
-
     }
 
     if (draft_tile) {  // the draft V rows landed for every thread (and the next tile's, if any)
@@ -383,9 +382,9 @@ verify_wgmma_kernel(const VerifyParams p) {
       pv_steps<NW>(acc, v_desc, p_desc, std::make_integer_sequence<int, kValueBlocks * 4>{});
       wgmma::commit();
       wgmma::wait<0>();
-  #pragma unroll
+#pragma unroll
       for (int mt = 0; mt < kValueBlocks; ++mt)
-  #pragma unroll
+#pragma unroll
         for (int i = 0; i < NW / 2; ++i) wgmma::pin(acc[mt][i]);
     }
   }
