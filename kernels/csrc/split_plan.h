@@ -17,9 +17,10 @@ constexpr int kMinChunkWgmma = 128;   // wgmma path: fewest KV positions a split
 // Kernel paths. Portable: mma.sync, 4 warps, 32 rows, ~74 KB shared memory (any sm_90a or
 // sm_120a part). Tiled: mma.sync, 8 warps, 32 or 64 rows, a 4-stage cp.async KV pipeline
 // in ~225 KB of shared memory (sm_90a; needs the opt-in shared memory of a Hopper SM).
-// Wgmma: Hopper warpgroup MMAs, 16, 32 or 64 rows per CTA (two warpgroups: one computing
-// 16 rows and one only copying, two of 16, two of 32), 64-position KV tiles in two stages,
-// 169-231 KB (sm_90a only).
+// Wgmma: Hopper warpgroup MMAs, two warpgroups per CTA, 64-position KV tiles in two
+// stages (sm_90a only): 16 or 32 rows transposed (rows as the MMA's N; one warpgroup
+// computing 16 rows and one only copying, or two of 16), or 64 rows as the MMA's M (each
+// warpgroup half of the value dims); 169-218 KB.
 enum KernelPath : int64_t {
   kPathPortable = 0, kPathTiled32 = 1, kPathTiled64 = 2,
   kPathWgmma16 = 3, kPathWgmma32 = 4, kPathWgmma64 = 5,

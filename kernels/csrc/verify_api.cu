@@ -10,6 +10,7 @@
 #include "tiled/verify_kernel.cuh"
 #include "verify_params.h"
 #include "wgmma/verify_kernel.cuh"
+#include "wgmma/verify_kernel_rows.cuh"
 
 using kdtree::VerifyParams;
 
@@ -54,6 +55,17 @@ cudaError_t launch_wgmma(const VerifyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+cudaError_t launch_wgmma_rows(const VerifyParams& p, cudaStream_t stream) {
+  static unsigned long long configured = 0;
+  constexpr int smem = kdtree::wgmma_rows::kSmemBytes;
+  cudaError_t e = allow_shared_memory(kdtree::wgmma_rows::verify_rows_kernel, smem, &configured);
+  if (e != cudaSuccess) return e;
+  dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
+            static_cast<unsigned>(p.num_splits));
+  kdtree::wgmma_rows::verify_rows_kernel<<<grid, kdtree::wgmma_rows::kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_portable(const VerifyParams& p, cudaStream_t stream) {
   static unsigned long long configured = 0;
   cudaError_t e = allow_shared_memory(kdtree::verify_mma_kernel, kdtree::kSmemBytes, &configured);
@@ -76,7 +88,7 @@ int64_t kdtree_path_smem(int64_t path) {
     case kdtree::kPathTiled64: return kdtree::tiled::Tile<64>::kSmemBytes;
     case kdtree::kPathWgmma16: return kdtree::wgmma_path::Shape<16, 2, 1>::kSmemBytes;
     case kdtree::kPathWgmma32: return kdtree::wgmma_path::Shape<16, 2, 2>::kSmemBytes;
-    case kdtree::kPathWgmma64: return kdtree::wgmma_path::Shape<32, 2, 2>::kSmemBytes;
+    case kdtree::kPathWgmma64: return kdtree::wgmma_rows::kSmemBytes;
     default: return -1;
   }
 }
@@ -93,6 +105,9 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
     return 2;
   const int64_t rows = n_max * heads;
   const int64_t tiled = rows > 32 ? kdtree::kPathTiled64 : kdtree::kPathTiled32;
+  // wgmma: the rows kernel past 32 rows (measured 1.02-1.23x over two transposed warpgroups
+  // of 32 on the H200); at 16 or 32 rows the transposed kernel, which pads nothing (the
+  // rows kernel pads them to 64 and measured 0.88-0.97x there)
   const int64_t wgmma = rows > 32 ? kdtree::kPathWgmma64
                         : rows > 16 ? kdtree::kPathWgmma32 : kdtree::kPathWgmma16;
   const bool tiled_fits = kdtree_path_smem(tiled) <= smem_optin;
@@ -131,7 +146,7 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
       case kdtree::kPathTiled64: e = launch_tiled<64>(p, stream); break;
       case kdtree::kPathWgmma16: e = launch_wgmma<16, 2, 1>(p, stream); break;
       case kdtree::kPathWgmma32: e = launch_wgmma<16, 2, 2>(p, stream); break;
-      case kdtree::kPathWgmma64: e = launch_wgmma<32, 2, 2>(p, stream); break;
+      case kdtree::kPathWgmma64: e = launch_wgmma_rows(p, stream); break;
       default: return static_cast<int>(cudaErrorInvalidValue);
     }
   }

@@ -1,13 +1,14 @@
 // Hopper warpgroup MMA (sm_90a) helpers: shared-memory matrix descriptors (their low words)
 // for the 128-byte swizzled layout, wgmma.mma_async m64nNk16 (bf16 in, fp32 accumulate) with both operands
-// in shared memory, and the fences that order it against ordinary loads and stores.
+// in shared memory or A in registers, and the fences that order it against ordinary loads and stores.
 //
 // Layout (both operands): a tile is stored as column blocks of 64 bf16 (128 bytes) per row;
 // inside a block, row r's 16-byte chunk c sits at r*128 + ((c ^ (r % 8)) * 16), and the
 // block starts on a 1024-byte boundary (the hardware's 128-byte swizzle). Read K-major
 // (rows = M or N, contiguous = K) a k16 step is a +32-byte start address and 8-row groups
-// are 1024 bytes apart; read MN-major (contiguous = M, rows = K) the same block gives a
-// 64-wide M tile whose 8-row K groups are 1024 bytes apart.
+// are 1024 bytes apart; read MN-major (contiguous = M or N, rows = K) the same block gives a
+// 64-wide M or N tile whose 8-row K groups are 1024 bytes apart (the descriptor's stride),
+// and a wider N spans consecutive blocks, `leading` bytes apart.
 #pragma once
 #include <cstdint>
 
@@ -66,22 +67,6 @@ template <int N, int TransA>
 struct Mma;
 
 template <int TransA>
-struct Mma<32, TransA> {
-  template <int OffA, int OffB>
-  __device__ __forceinline__ static void run(float* d, uint32_t a, uint32_t b, int accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile(
-        KDTREE_WGMMA_DESC_PROLOGUE("%16, %20", "%17, %21", "%18", "%22")
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, da, db, p, 1, 1, %19, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a), "r"(b), "r"(accumulate), "n"(TransA), "n"(OffA), "n"(OffB), "n"(kDescHigh));
-#endif
-  }
-};
-
-template <int TransA>
 struct Mma<16, TransA> {
   template <int OffA, int OffB>
   __device__ __forceinline__ static void run(float* d, uint32_t a, uint32_t b, int accumulate) {
@@ -95,6 +80,59 @@ struct Mma<16, TransA> {
 #endif
   }
 };
+
+// Output operand lists of the wider shapes: "+f"(d[i]) ... "+f"(d[i + 31]).
+#define KDTREE_F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+                        "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define KDTREE_F32(d, i) KDTREE_F8(d, i), KDTREE_F8(d, i + 8), KDTREE_F8(d, i + 16), KDTREE_F8(d, i + 24)
+
+// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], both operands K-major in shared memory (the rows
+// path's S = Q . K^T), offsets as for Mma.
+struct MmaSS64 {
+  template <int OffA, int OffB>
+  __device__ __forceinline__ static void run(float* d, uint32_t a, uint32_t b, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        KDTREE_WGMMA_DESC_PROLOGUE("%32, %36", "%33, %37", "%34", "%38")
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+        "}, da, db, p, 1, 1, %35, 0;\n}\n"
+        : KDTREE_F32(d, 0)
+        : "r"(a), "r"(b), "r"(accumulate), "n"(0), "n"(OffA), "n"(OffB), "n"(kDescHigh));
+#endif
+  }
+};
+
+// D[64 x 256] += A[64 x 16] . B[16 x 256]: A from registers (four bf16x2 per thread, the
+// layout of an m64nNk16 accumulator's 16 columns packed pairwise), B N-major in shared
+// memory (the rows path's O += P . V, V's dims contiguous) by the low word of its
+// descriptor plus a compile-time offset in 16-byte units.
+struct MmaRS256 {
+  template <int OffB>
+  __device__ __forceinline__ static void run(float* d, const uint32_t* a, uint32_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b32 lb, hi;\n.reg .b64 db;\nmov.b32 hi, %134;\nadd.u32 lb, %132, %133;\n"
+        "mov.b64 db, {lb, hi};\nsetp.ne.b32 p, hi, 0;\n"  // always true (the high word is never 0): accumulate
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+        "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+        "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+        "}, {%128, %129, %130, %131}, db, p, 1, 1, 1;\n}\n"
+        : KDTREE_F32(d, 0), KDTREE_F32(d, 32), KDTREE_F32(d, 64), KDTREE_F32(d, 96)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b), "n"(OffB), "n"(kDescHigh));
+#endif
+  }
+};
+
+#undef KDTREE_F32
+#undef KDTREE_F8
 
 #undef KDTREE_WGMMA_DESC_PROLOGUE
 

@@ -1,13 +1,14 @@
-// Tree-verify attention for absorbed MLA, wgmma path (sm_90a): Hopper warpgroup MMAs with
-// both operands in shared memory, computed transposed so that the few query rows of a
-// verify step (draft tokens x heads) are the MMA's N dimension and KV positions its M:
+// Tree-verify attention for absorbed MLA, wgmma path for 16 or 32 query rows per CTA
+// (sm_90a; 64-row CTAs take verify_kernel_rows.cuh): Hopper warpgroup MMAs with both
+// operands in shared memory, computed transposed so that the few query rows of a verify
+// step (draft tokens x heads) are the MMA's N dimension and KV positions its M:
 //
 //   S^T [64 positions x NW rows]  = K [64 x 576] . Q^T            (K-major A, K-major B)
 //   O^T [512 dims x NW rows]     += V^T [512 x 64] . P^T [64 x NW] (MN-major A, K-major B)
 //
 // so 16 or 32 rows cost no padding, and V^T is read from the same swizzled KV tile as K.
-// Two warpgroups per CTA, MWG of them computing NW rows each (16 rows as 1 x 16 with the
-// other warpgroup only copying, 32 as 2 x 16, 64 as 2 x 32); warpgroup 1 queues its QK
+// Two warpgroups per CTA, MWG of them computing 16 rows each (16 rows as 1 x 16 with the
+// other warpgroup only copying, 32 as 2 x 16); warpgroup 1 queues its QK
 // MMAs behind warpgroup 0's, so 0's softmax overlaps 1's MMAs. KV tiles of 64
 // positions gathered by every thread with cp.async into two stages: the next tile's
 // copies are issued right after this tile's QK MMAs (they run while the tensor cores
@@ -25,18 +26,10 @@
 #include "../common/wgmma.cuh"
 #include "../split_plan.h"
 #include "../verify_params.h"
+#include "kv_staging.cuh"
 
 namespace kdtree {
 namespace wgmma_path {
-
-using bf16 = __nv_bfloat16;
-
-constexpr int kTile = 64;                          // KV positions per tile (the MMA's M)
-constexpr int kColBlocks = kHeadDim / 64;          // 128-byte column blocks per row
-constexpr int kValueBlocks = kValueDim / 64;
-constexpr int kBlockBytes = kTile * 128;           // one column block of a KV tile
-constexpr int kStageBytes = kColBlocks * kBlockBytes;
-constexpr int kStages = 2;
 
 template <int NW, int WGS, int MWG>
 struct Shape {
@@ -53,42 +46,10 @@ struct Shape {
   static constexpr int kQThreadsPerRow = kThreads / kRows;  // Q copies
   static_assert(kThreads % kRows == 0, "whole threads per Q row");
   static constexpr int kJ = NW / 8;                       // n8 groups of the accumulators
-  static_assert(NW == 16 || NW == 32, "rows per warpgroup");
+  static_assert(NW == 16, "rows per warpgroup (64-row CTAs take the rows kernel)");
   static_assert(MWG >= 1 && MWG <= WGS, "math warpgroups: some or all of the CTA's");
   static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
 };
-
-// 2^x by the hardware approximation alone (ex2.approx.ftz): the same result as exp2f for
-// every result at or above 2^-126, 0 below (exp2f adds a denormal path, 4 more instructions);
-// softmax weights that small vanish beside the row maximum's 1 either way
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ void cp_async_16_to(uint32_t smem_dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_dst), "l"(src), "r"(bytes));
-}
-
-// Stage KV positions [j0, j0 + 64) into the swizzled tile at shared address `stage`; this
-// thread copies the 16-byte chunks c0, c0 + TPR, ... of row r of every column block
-// (`source` = kv_source() of that row). Block offsets are immediates; only the 8 / TPR
-// swizzled chunk offsets of the row live in registers.
-template <int TPR>
-__device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const RequestExtent& ext,
-                                             uint32_t stage, int64_t j0, int64_t source, int r, int c0) {
-  int bytes;
-  const bf16* src = static_cast<const bf16*>(kv_row(p, ext, j0 + r, source, &bytes));
-#pragma unroll
-  for (int q = 0; q < 8 / TPR; ++q) {
-    const int cc = c0 + q * TPR;
-    const uint32_t dst = stage + wgmma::swizzled(r, cc);
-#pragma unroll
-    for (int blk = 0; blk < kColBlocks; ++blk)
-      cp_async_16_to(dst + blk * kBlockBytes, bytes ? src + blk * 64 + cc * 8 : src, bytes);
-  }
-}
 
 // Visibility of this thread's score elements in a tile that is not all prefix: bit k for
 // element k (position `pos` + 8 * (k / 2 % 2), row `row_here` + 8 * (k / 4) + k % 2), draft
@@ -109,43 +70,6 @@ __device__ __forceinline__ uint32_t visible_bits(const uint32_t* draft_vis, int6
     if (d < 0 || ((draft_vis[tok * 2 + (d >> 5)] >> (d & 31)) & 1u)) bits |= 1u << k;
   }
   return bits;
-}
-
-// Stage the request's draft visibility in shared memory: word 2 * tok + d / 32, bit d % 32
-// = draft token tok sees draft column d (what draft_visible() says; a mask too short is
-// flagged the same way). A warp assembles 32 columns with one ballot and has 16 mask bytes
-// in flight at once, instead of one dependent load per score element later.
-template <int kThreads>
-__device__ __forceinline__ void stage_draft_visibility(const VerifyParams& p, int64_t mask_base, int64_t length,
-                                                       int64_t prefix, int64_t qo_len, uint32_t* draft_vis) {
-  constexpr int kWarps = kThreads / 32, kBatch = 16;
-  const int warp_id = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int items = static_cast<int>(2 * qo_len);  // (token, 32-column half) pairs
-  for (int first = 0; first < items; first += kBatch * kWarps) {
-    uint32_t byte[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {  // loads only: all of them in flight
-      const int item = first + u * kWarps + warp_id;
-      const int64_t tok = item / 2, d = (item % 2) * 32 + lane;
-      const int64_t idx = draft_mask_index(mask_base, length, prefix, tok, d);
-      const bool read = p.mask && item < items && d < qo_len && idx >= 0 && idx < p.mask_len;
-      byte[u] = read ? p.mask[idx] : 0u;
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int item = first + u * kWarps + warp_id;
-      const int64_t tok = item / 2, d = (item % 2) * 32 + lane;
-      const bool cell = item < items && d < qo_len;
-      bool vis = d <= tok;  // no mask: a causal chain
-      if (p.mask) {
-        const int64_t idx = draft_mask_index(mask_base, length, prefix, tok, d);
-        if (cell && (idx < 0 || idx >= p.mask_len)) flag_error(p, kMaskTooShort);
-        vis = byte[u] != 0u && (!p.causal || d <= tok);
-      }
-      const unsigned word = __ballot_sync(0xffffffffu, cell && vis);
-      if (lane == 0 && item < items) draft_vis[item] = word;
-    }
-  }
 }
 
 // S^T = K . Q^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units.

@@ -1,0 +1,95 @@
+// Shared by both wgmma kernels: the KV tile layout in shared memory (64 positions, nine
+// 128-byte-swizzled column blocks, two stages), its cp.async gather, the staging of a
+// request's draft visibility bits, and the softmax's 2^x.
+#pragma once
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "../common/mma.cuh"
+#include "../common/request_extent.cuh"
+#include "../common/wgmma.cuh"
+#include "../verify_params.h"
+
+namespace kdtree {
+namespace wgmma_path {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kTile = 64;                          // KV positions per tile
+constexpr int kColBlocks = kHeadDim / 64;          // 128-byte column blocks per row
+constexpr int kValueBlocks = kValueDim / 64;
+constexpr int kBlockBytes = kTile * 128;           // one column block of a KV tile
+constexpr int kStageBytes = kColBlocks * kBlockBytes;
+constexpr int kStages = 2;
+
+// 2^x by the hardware approximation alone (ex2.approx.ftz): the same result as exp2f for
+// every result at or above 2^-126, 0 below (exp2f adds a denormal path, 4 more instructions);
+// softmax weights that small vanish beside the row maximum's 1 either way
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ void cp_async_16_to(uint32_t smem_dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_dst), "l"(src), "r"(bytes));
+}
+
+// Stage KV positions [j0, j0 + 64) into the swizzled tile at shared address `stage`; this
+// thread copies the 16-byte chunks c0, c0 + TPR, ... of row r of every column block
+// (`source` = kv_source() of that row). Block offsets are immediates; only the 8 / TPR
+// swizzled chunk offsets of the row live in registers.
+template <int TPR>
+__device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const RequestExtent& ext,
+                                             uint32_t stage, int64_t j0, int64_t source, int r, int c0) {
+  int bytes;
+  const bf16* src = static_cast<const bf16*>(kv_row(p, ext, j0 + r, source, &bytes));
+#pragma unroll
+  for (int q = 0; q < 8 / TPR; ++q) {
+    const int cc = c0 + q * TPR;
+    const uint32_t dst = stage + wgmma::swizzled(r, cc);
+#pragma unroll
+    for (int blk = 0; blk < kColBlocks; ++blk)
+      cp_async_16_to(dst + blk * kBlockBytes, bytes ? src + blk * 64 + cc * 8 : src, bytes);
+  }
+}
+
+// Stage the request's draft visibility in shared memory: word 2 * tok + d / 32, bit d % 32
+// = draft token tok sees draft column d (what draft_visible() says; a mask too short is
+// flagged the same way). A warp assembles 32 columns with one ballot and has 16 mask bytes
+// in flight at once, instead of one dependent load per score element later.
+template <int kThreads>
+__device__ __forceinline__ void stage_draft_visibility(const VerifyParams& p, int64_t mask_base, int64_t length,
+                                                       int64_t prefix, int64_t qo_len, uint32_t* draft_vis) {
+  constexpr int kWarps = kThreads / 32, kBatch = 16;
+  const int warp_id = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int items = static_cast<int>(2 * qo_len);  // (token, 32-column half) pairs
+  for (int first = 0; first < items; first += kBatch * kWarps) {
+    uint32_t byte[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {  // loads only: all of them in flight
+      const int item = first + u * kWarps + warp_id;
+      const int64_t tok = item / 2, d = (item % 2) * 32 + lane;
+      const int64_t idx = draft_mask_index(mask_base, length, prefix, tok, d);
+      const bool read = p.mask && item < items && d < qo_len && idx >= 0 && idx < p.mask_len;
+      byte[u] = read ? p.mask[idx] : 0u;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int item = first + u * kWarps + warp_id;
+      const int64_t tok = item / 2, d = (item % 2) * 32 + lane;
+      const bool cell = item < items && d < qo_len;
+      bool vis = d <= tok;  // no mask: a causal chain
+      if (p.mask) {
+        const int64_t idx = draft_mask_index(mask_base, length, prefix, tok, d);
+        if (cell && (idx < 0 || idx >= p.mask_len)) flag_error(p, kMaskTooShort);
+        vis = byte[u] != 0u && (!p.causal || d <= tok);
+      }
+      const unsigned word = __ballot_sync(0xffffffffu, cell && vis);
+      if (lane == 0 && item < items) draft_vis[item] = word;
+    }
+  }
+}
+
+}  // namespace wgmma_path
+}  // namespace kdtree

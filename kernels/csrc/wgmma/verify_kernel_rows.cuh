@@ -1,0 +1,303 @@
+// Tree-verify attention for absorbed MLA, rows path (sm_90a): Hopper warpgroup MMAs with the
+// CTA's 64 query rows (draft tokens x heads, zero-padded) as the MMA's M:
+//
+//   S [64 rows x 64 positions]  = Q [64 x 576] . K^T        (both K-major in shared memory)
+//   O [64 rows x 256 dims]     += P [64 x 64] . V[:, half]  (P from registers, V N-major)
+//
+// Two warpgroups, each owning half of the 512 value dims: both compute the same S (a
+// tensor-core cost, but no exchange between them), run the same online softmax on it and
+// feed their P straight from the accumulator registers into the PV MMA (no shared-memory
+// round trip; a row's maximum is a reduction over the four lanes that hold it). Each MMA
+// reads at most 128 bytes of shared memory per tensor-core cycle (m64n64k16: 4 KB per 32
+// cycles; m64n256k16 RS: 8 KB per 128), where the transposed path's m64n16k16 needs 2.5x
+// that. KV tiles of 64 positions gathered by every thread with cp.async into two stages,
+// the next tile's copies issued right after this tile's QK MMAs; draft positions take V
+// from v_extend, copied over K's first 512 columns after QK. Warpgroup 1 queues its QK
+// MMAs behind warpgroup 0's, so 0's softmax overlaps 1's MMAs. Split-KV partial states
+// have the same format as the other paths (combine.cuh). Measured on the H200 against
+// splitting QK between the warpgroups (partial sums exchanged through shared memory):
+// the exchange serializes them, and computing S twice was faster (1.02-1.21x).
+#pragma once
+#include <cuda_bf16.h>
+#include <cstdint>
+#include <utility>
+
+#include "../common/mma.cuh"
+#include "../common/request_extent.cuh"
+#include "../common/wgmma.cuh"
+#include "../split_plan.h"
+#include "../verify_params.h"
+#include "kv_staging.cuh"
+
+namespace kdtree {
+namespace wgmma_rows {
+
+using namespace wgmma_path;  // the KV tile layout and its staging (kv_staging.cuh)
+
+constexpr int kRows = 64;                               // query rows per CTA (the MMA's M)
+constexpr int kThreads = 256;                           // two warpgroups
+constexpr int kHalfDims = kValueDim / 2;                // value dims per warpgroup
+constexpr int kQBlockBytes = kRows * 128;
+constexpr int kQBytes = kColBlocks * kQBlockBytes;
+constexpr int kDraftWords = 2 * kMaxDraft;
+constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes + kDraftWords * 4;
+constexpr int kThreadsPerRow = kThreads / kTile;        // KV tile copies
+constexpr int kQThreadsPerRow = kThreads / kRows;       // Q copies
+static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
+
+// Visibility of this thread's 32 score elements in a tile that is not all prefix: bit i for
+// s[i] = row (tok_lo, or tok_hi when i & 2) at position j_first + 8 * (i / 4) + i % 2;
+// tok < 0: a padding row (nothing visible). Draft columns read from the staged bits.
+__device__ __forceinline__ uint32_t visible_bits(const uint32_t* draft_vis, int64_t prefix, int64_t j_first,
+                                                 int64_t j_end, int tok_lo, int tok_hi) {
+  uint32_t bits = 0;
+#pragma unroll 1
+  for (int i = 0; i < 32; ++i) {
+    const int tok = (i & 2) ? tok_hi : tok_lo;
+    const int64_t j = j_first + 8 * (i / 4) + (i & 1);
+    if (tok < 0 || j >= j_end) continue;
+    const int64_t d = j - prefix;
+    if (d < 0 || ((draft_vis[tok * 2 + (d >> 5)] >> (d & 31)) & 1u)) bits |= 1u << i;
+  }
+  return bits;
+}
+
+// S = Q . K^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units.
+template <int... I>
+__device__ __forceinline__ void qk_steps(float* s, uint32_t q_desc, uint32_t k_desc,
+                                         std::integer_sequence<int, I...>) {
+  (wgmma::MmaSS64::run<((I / 4) * kQBlockBytes + (I % 4) * 32) / 16, ((I / 4) * kBlockBytes + (I % 4) * 32) / 16>(
+       s, q_desc, k_desc, I != 0), ...);
+}
+
+// O += P . V: k16 step i = positions [16 i, 16 i + 16) = two 8-row groups (2048 bytes).
+template <int... I>
+__device__ __forceinline__ void pv_steps(float* acc, const uint32_t (*p)[4], uint32_t v_desc,
+                                         std::integer_sequence<int, I...>) {
+  (wgmma::MmaRS256::run<(I * 2048) / 16>(acc, p[I], v_desc), ...);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+verify_rows_kernel(const VerifyParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int TPR = kThreadsPerRow;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_address(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;   // swizzled blocks start on 1024 bytes
+  const uint32_t q_addr = base + kStages * kStageBytes;
+  uint32_t* draft_vis = reinterpret_cast<uint32_t*>(smem_raw + (q_addr + kQBytes - raw));
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
+
+  const int64_t b = blockIdx.y, split = blockIdx.z;
+  const int64_t H = p.heads;
+  RequestExtent ext;
+  if (!request_extent(p, b, tid == 0 && blockIdx.x == 0 && split == 0, &ext)) return;
+  const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
+  const int64_t rows = ext.qo_len * H;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  if (row0 >= rows) return;
+  const int64_t length = prefix + ext.qo_len;
+  int64_t j_begin, j_end;
+  split_range(length, p.num_splits, split, &j_begin, &j_end, kMinChunkWgmma, kTile);
+#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
+  if (p.num_splits > 1 && split == 0) return;
+#endif
+  const int64_t mask_base = p.mask ? p.mask_indptr[b] : 0;
+
+  // this thread's rows: row_lo = row0 + 16 warp + g (s[4k], s[4k + 1]) and row_lo + 8
+  // (s[4k + 2], s[4k + 3]); their draft tokens (-1: padding)
+  const int64_t row_lo = row0 + 16 * warp + g;
+  int tok_of[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t tok = -1, head;
+    if (row_lo + 8 * h < rows) row_token_head(row_lo + 8 * h, H, &tok, &head);
+    tok_of[h] = static_cast<int>(tok);
+  }
+  const uint32_t valid_bits = (tok_of[0] >= 0 ? 0x33333333u : 0u) | (tok_of[1] >= 0 ? 0xCCCCCCCCu : 0u);
+
+  float acc[kHalfDims / 2];  // acc[4k + e]: row lo/hi (e / 2), dim 256 wg + 8k + 2t + e % 2
+#pragma unroll
+  for (int i = 0; i < kHalfDims / 2; ++i) acc[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  const int load_r = tid / TPR, load_c0 = tid % TPR;
+  const int64_t num_tiles = j_begin < j_end ? ceil_div(j_end - j_begin, kTile) : 0;
+  if (num_tiles > 0) {
+    const int64_t first_index = prefix_index_ahead(p, ext, j_begin + load_r, j_end);
+    {  // Q: the kQThreadsPerRow threads of row r copy its 72 chunks (zeros past `rows`)
+      const int r = tid / kQThreadsPerRow;
+      const int64_t row = row0 + r;
+      const bf16* src = static_cast<const bf16*>(p.q);
+      int bytes = 0;
+      if (row < rows) {
+        int64_t tok, head;
+        row_token_head(row, H, &tok, &head);
+        src += (qo_start + tok) * p.q_stride_t + head * p.q_stride_h;
+        bytes = 16;
+      }
+#pragma unroll
+      for (int c = tid % kQThreadsPerRow; c < kColBlocks * 8; c += kQThreadsPerRow)
+        cp_async_16_to(q_addr + (c / 8) * kQBlockBytes + wgmma::swizzled(r, c % 8),
+                                   bytes ? src + c * 8 : src, bytes);
+    }
+    load_kv_tile<TPR>(p, ext, base, j_begin,
+                                  kv_source_of(p, ext, j_begin + load_r, j_end, first_index, load_c0 == 0), load_r,
+                                  load_c0);
+  }
+  cp_async_commit();
+  if (num_tiles > 0 && j_end > prefix)
+    stage_draft_visibility<kThreads>(p, mask_base, length, prefix, ext.qo_len, draft_vis);
+  int64_t next_index = prefix_index_ahead(p, ext, j_begin + kTile + load_r, j_end);
+
+  const float scale = static_cast<float>(p.scale_log2);
+  const uint32_t q_desc = wgmma::descriptor_low(q_addr, 16);
+  for (int64_t it = 0; it < num_tiles; ++it) {
+    const uint32_t stage = base + static_cast<uint32_t>(it & 1) * kStageBytes;
+    const int64_t j0 = j_begin + it * kTile;
+    cp_async_wait<0>();
+    wgmma::fence_shared_for_async();
+    __syncthreads();  // tile `it` landed for every thread; the other stage is no longer read
+    const bool load_next = it + 1 < num_tiles;
+    const uint32_t next_stage = base + static_cast<uint32_t>((it + 1) & 1) * kStageBytes;
+    int64_t next_source = -1;
+    if (load_next) {
+      const int64_t jn = j0 + kTile + load_r;
+      next_source = kv_source_of(p, ext, jn, j_end, next_index, load_c0 == 0);
+      next_index = prefix_index_ahead(p, ext, jn + kTile, j_end);
+    }
+
+    // -- S = Q . K^T over 576 dims (36 k16 steps); warpgroup 1's behind warpgroup 0's
+    float s[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = 0.f;
+    const uint32_t stage_uniform = __shfl_sync(0xffffffffu, stage, 0);
+    if (wg == 1) wgmma::named_barrier(3, 256);
+    wgmma::fence();
+    qk_steps(s, q_desc, wgmma::descriptor_low(stage_uniform, 16), std::make_integer_sequence<int, kColBlocks * 4>{});
+    wgmma::commit();
+    if (wg == 0) wgmma::named_arrive(3, 256);
+    if (load_next) load_kv_tile<TPR>(p, ext, next_stage, j0 + kTile, next_source, load_r, load_c0);
+    cp_async_commit();
+    wgmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) wgmma::pin(s[i]);
+
+    // -- draft positions take their V from v_extend: copied over K's first 512 columns once
+    // both warpgroups are done with K (it lands while the softmax runs)
+    const bool draft_tile = j0 + kTile > prefix && j_end > prefix;
+    if (draft_tile) {
+      __syncthreads();
+      const int64_t j = j0 + load_r;
+      if (j >= prefix && j < j_end) {
+        const bf16* src = static_cast<const bf16*>(p.v_extend) + (qo_start + j - prefix) * p.ve_stride_t;
+        for (int c = load_c0; c < kValueBlocks * 8; c += TPR)
+          cp_async_16_to(stage + (c / 8) * kBlockBytes + wgmma::swizzled(load_r, c % 8), src + c * 8,
+                                     16);
+      }
+      cp_async_commit();
+    }
+
+    // -- scale and mask (log2 units), online softmax over the quad that holds each row
+    const uint32_t vis = j0 + kTile <= prefix && j0 + kTile <= j_end
+        ? valid_bits
+        : visible_bits(draft_vis, prefix, j0 + 2 * t, j_end, tok_of[0], tok_of[1]);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const float v = (vis >> i) & 1u ? s[i] * scale : -INFINITY;
+      s[i] = v;
+      mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], v);
+    }
+    float alpha[2], base_m[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float new_m = fmaxf(m_run[h], mx[h]);
+      base_m[h] = new_m == -INFINITY ? 0.f : new_m;
+      alpha[h] = exp2_approx(m_run[h] - base_m[h]);
+      m_run[h] = new_m;
+    }
+    float sum[2] = {0.f, 0.f};
+    uint32_t pa[4][4];  // P as the PV MMA's A operand: k16 step kk = S's columns 16kk..16kk+15 packed pairwise
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = 8 * kk + 2 * r;  // s[i], s[i + 1]: row lo/hi = r % 2
+        const float p0 = exp2_approx(s[i] - base_m[r & 1]);
+        const float p1 = exp2_approx(s[i + 1] - base_m[r & 1]);
+        sum[r & 1] += p0 + p1;
+        pa[kk][r] = pack_bf16(p0, p1);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // no row of this warp moved its maximum
+#pragma unroll
+      for (int i = 0; i < kHalfDims / 2; ++i) acc[i] *= alpha[(i >> 1) & 1];
+
+    if (draft_tile) {  // the draft V rows landed for every thread (and the next tile's, if any)
+      cp_async_wait<0>();
+      wgmma::fence_shared_for_async();
+      __syncthreads();
+    }
+
+    // -- O += P . V over this warpgroup's 256 dims (4 k16 steps of N = 256)
+    wgmma::fence();
+    pv_steps(acc, pa, wgmma::descriptor_low(stage_uniform + wg_uniform * 4 * kBlockBytes, kBlockBytes),
+             std::make_integer_sequence<int, kTile / 16>{});
+    wgmma::commit();
+    wgmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < kHalfDims / 2; ++i) wgmma::pin(acc[i]);
+  }
+  cp_async_wait<0>();
+
+  // -- row sums over the quad; write the final output (one split) or the split's partial state
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (tok_of[h] < 0) continue;
+    const int64_t row = row_lo + 8 * h;
+    int64_t tk, head;
+    row_token_head(row, H, &tk, &head);
+    tk += qo_start;
+    const float l = l_run[h], m = m_run[h];
+    const int d0 = kHalfDims * wg + 2 * t;
+    if (p.num_splits == 1) {
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      bf16* out = static_cast<bf16*>(p.o) + tk * p.o_stride_t + head * p.o_stride_h + d0;
+#pragma unroll
+      for (int k = 0; k < kHalfDims / 8; ++k)
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * k) =
+            __floats2bfloat162_rn(acc[4 * k + 2 * h] * inv, acc[4 * k + 2 * h + 1] * inv);
+      if (p.lse && wg == 0 && t == 0)
+        p.lse[tk * p.lse_stride_t + head] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+    } else {
+      const int64_t flat = (split * p.total_tokens + tk) * H + head;
+      if (m != -INFINITY) {  // a split that saw nothing: the combine reads only its (m, l)
+        float* ws = p.ws_acc + flat * kValueDim + d0;
+#pragma unroll
+        for (int k = 0; k < kHalfDims / 8; ++k)
+          *reinterpret_cast<float2*>(ws + 8 * k) = make_float2(acc[4 * k + 2 * h], acc[4 * k + 2 * h + 1]);
+      }
+      if (wg == 0 && t == 0) {
+        p.ws_ml[flat * 2] = m;
+        p.ws_ml[flat * 2 + 1] = l;
+      }
+    }
+  }
+#else
+  __trap();  // built for another architecture: the plan never picks this path there
+#endif
+}
+
+}  // namespace wgmma_rows
+}  // namespace kdtree
