@@ -11,8 +11,9 @@
 // other warpgroup only copying, 32 as 2 x 16); warpgroup 1 queues its QK
 // MMAs behind warpgroup 0's, so 0's softmax overlaps 1's MMAs. KV tiles of 64
 // positions gathered by every thread with cp.async into two stages: the next tile's
-// copies are issued right after this tile's QK MMAs (they run while the tensor cores
-// work), its slot indices were loaded a tile before that. Softmax in fp32 per row over
+// copies are issued while this tile's QK MMAs run (by a computing warpgroup 1 before it
+// issues its own, by the others right after warpgroup 0's), its slot indices were loaded
+// a tile before that. Softmax in fp32 per row over
 // the tile's positions (maxima merged across the warpgroup's four warps through shared
 // memory), P rounded to bf16 once, the row sums kept in fp32, the output rounded once.
 // Split-KV partial states have the same format as the other paths (combine.cuh).
@@ -198,6 +199,12 @@ verify_wgmma_kernel(const VerifyParams p) {
 #pragma unroll
     for (int i = 0; i < NW / 2; ++i) s[i] = 0.f;
     const uint32_t stage_uniform = __shfl_sync(0xffffffffu, stage, 0);
+    // the next tile's copies go into the other stage, which the barrier above freed: issued
+    // while the tensor cores work on this one (warpgroup 0 and a copy-only warpgroup right
+    // after warpgroup 0's QK issue; with two computing warpgroups, warpgroup 1 before its
+    // own, while it waits for warpgroup 0's)
+    const bool copy_first = MWG == 2 && wg == 1;
+    if (copy_first && load_next) load_kv_tile<TPR>(p, ext, next_stage, j0 + kTile, next_source, load_r, load_c0);
     if (math_wg) {
       // warpgroup 1 queues its QK MMAs behind warpgroup 0's, so warpgroup 0's softmax runs
       // while the tensor cores work for warpgroup 1
@@ -208,9 +215,7 @@ verify_wgmma_kernel(const VerifyParams p) {
       wgmma::commit();
       if (MWG == 2 && wg == 0) wgmma::named_arrive(3, 256);
     }
-    // the next tile's copies are issued while the tensor cores work on this one (into the
-    // other stage, which the barrier above freed)
-    if (load_next) load_kv_tile<TPR>(p, ext, next_stage, j0 + kTile, next_source, load_r, load_c0);
+    if (!copy_first && load_next) load_kv_tile<TPR>(p, ext, next_stage, j0 + kTile, next_source, load_r, load_c0);
     cp_async_commit();
     wgmma::wait<0>();
 #pragma unroll
