@@ -55,6 +55,7 @@ def test_wgmma_path_only_on_compute_capability_9_0(lib):
     assert max(lib.kdtree_path_smem(p) for p in (3, 4, 5)) <= H200_SMEM
     assert plan(lib, 1, 8, 1, request="wgmma")[1][0] == 3          # 8 rows: 16-row blocks
     assert plan(lib, 1, 8, 4, request="wgmma")[1][0] == 4          # 32 rows
+    assert plan(lib, 1, 33, 1, request="wgmma")[1][:3:2] == (5, 1)  # 33 rows: the rows kernel, one padded block
     assert plan(lib, 1, 8, 16, request="wgmma")[1][:3:2] == (5, 2)  # 128 rows: 2 blocks of 64
     assert plan(lib, 1, 8, 16, request="wgmma", capability=120)[0] == 1
     assert plan(lib, 1, 8, 16, request="wgmma", smem=SM120_SMEM)[0] == 1
