@@ -1,6 +1,7 @@
 // Shared by both wgmma kernels: the KV tile layout in shared memory (64 positions, nine
-// 128-byte-swizzled column blocks, two stages), its cp.async gather, the staging of a
-// request's draft visibility bits, and the softmax's 2^x.
+// 128-byte-swizzled column blocks, two stages), its cp.async gather (the top of a loop
+// iteration, the draft positions' V), the staging of the query rows and of a request's
+// draft visibility bits, and the softmax's 2^x.
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -52,6 +53,62 @@ __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const Reques
     for (int blk = 0; blk < kColBlocks; ++blk)
       cp_async_16_to(dst + blk * kBlockBytes, bytes ? src + blk * 64 + cc * 8 : src, bytes);
   }
+}
+
+// Stage query rows [row0, row0 + ROWS) of the request (zeros past `rows`) as column blocks
+// of ROWS x 128 bytes at `q_addr`, swizzled like a KV tile: the kThreads / ROWS threads of a
+// row copy its 72 chunks, the row's address worked out once.
+template <int kThreads, int ROWS>
+__device__ __forceinline__ void load_q_rows(const VerifyParams& p, uint32_t q_addr, int64_t row0, int64_t rows,
+                                            int64_t qo_start, int tid) {
+  constexpr int kThreadsPerRow = kThreads / ROWS;
+  static_assert(kThreads % ROWS == 0, "whole threads per Q row");
+  const int r = tid / kThreadsPerRow;
+  const int64_t row = row0 + r;
+  const bf16* src = static_cast<const bf16*>(p.q);
+  int bytes = 0;
+  if (row < rows) {
+    int64_t tok, head;
+    row_token_head(row, p.heads, &tok, &head);
+    src += (qo_start + tok) * p.q_stride_t + head * p.q_stride_h;
+    bytes = 16;
+  }
+#pragma unroll
+  for (int c = tid % kThreadsPerRow; c < kColBlocks * 8; c += kThreadsPerRow)
+    cp_async_16_to(q_addr + (c / 8) * (ROWS * 128) + wgmma::swizzled(r, c % 8), bytes ? src + c * 8 : src, bytes);
+}
+
+// Top of a main-loop iteration: this thread's copies of tile `it` landed and, after the
+// barrier, every thread's (and the other stage is no longer read). Returns the KV source of
+// this thread's row (r) of the next tile (-1: there is none) from the slot index loaded a
+// tile ago (*next_index), and loads the one a tile further.
+__device__ __forceinline__ int64_t await_tile(const VerifyParams& p, const RequestExtent& ext, int64_t j0,
+                                              int64_t j_end, bool load_next, int r, int c0, int64_t* next_index) {
+  cp_async_wait<0>();
+  wgmma::fence_shared_for_async();
+  __syncthreads();
+  int64_t next_source = -1;
+  if (load_next) {
+    const int64_t jn = j0 + kTile + r;
+    next_source = kv_source_of(p, ext, jn, j_end, *next_index, c0 == 0);
+    *next_index = prefix_index_ahead(p, ext, jn + kTile, j_end);
+  }
+  return next_source;
+}
+
+// Draft positions of the tile at `stage` (KV positions [j0, j0 + 64)) take their V from
+// v_extend: copied over K's first 512 columns (call once every warpgroup is done with K;
+// this thread copies chunks c0, c0 + TPR, ... of row r). Commits a cp.async group.
+template <int TPR>
+__device__ __forceinline__ void load_draft_values(const VerifyParams& p, const RequestExtent& ext, uint32_t stage,
+                                                  int64_t j0, int64_t j_end, int r, int c0) {
+  const int64_t j = j0 + r;
+  if (j >= ext.prefix && j < j_end) {
+    const bf16* src = static_cast<const bf16*>(p.v_extend) + (ext.qo_start + j - ext.prefix) * p.ve_stride_t;
+    for (int c = c0; c < kValueBlocks * 8; c += TPR)
+      cp_async_16_to(stage + (c / 8) * kBlockBytes + wgmma::swizzled(r, c % 8), src + c * 8, 16);
+  }
+  cp_async_commit();
 }
 
 // Stage the request's draft visibility in shared memory: word 2 * tok + d / 32, bit d % 32

@@ -44,8 +44,6 @@ struct Shape {
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes +
                                     MWG * kPBytes + kRedFloats * 4 + kDraftWords * 4;
   static constexpr int kThreadsPerRow = kThreads / kTile;   // KV tile copies
-  static constexpr int kQThreadsPerRow = kThreads / kRows;  // Q copies
-  static_assert(kThreads % kRows == 0, "whole threads per Q row");
   static constexpr int kJ = NW / 8;                       // n8 groups of the accumulators
   static_assert(NW == 16, "rows per warpgroup (64-row CTAs take the rows kernel)");
   static_assert(MWG >= 1 && MWG <= WGS, "math warpgroups: some or all of the CTA's");
@@ -150,23 +148,7 @@ verify_wgmma_kernel(const VerifyParams p) {
     // the first tile's slot index is loaded before the Q copies are issued (its latency
     // hides behind them)
     const int64_t first_index = prefix_index_ahead(p, ext, j_begin + load_r, j_end);
-    {  // Q^T: the kQThreadsPerRow threads of row r copy its 72 chunks (zeros past `rows`);
-       // the row's address is worked out once
-      const int r = tid / S::kQThreadsPerRow;
-      const int64_t row = row0 + r;
-      const bf16* src = static_cast<const bf16*>(p.q);
-      int bytes = 0;
-      if (row < rows) {
-        int64_t tok, head;
-        row_token_head(row, H, &tok, &head);
-        src += (qo_start + tok) * p.q_stride_t + head * p.q_stride_h;
-        bytes = 16;
-      }
-#pragma unroll
-      for (int c = tid % S::kQThreadsPerRow; c < kColBlocks * 8; c += S::kQThreadsPerRow)
-        cp_async_16_to(q_addr + (c / 8) * S::kQBlockBytes + wgmma::swizzled(r, c % 8), bytes ? src + c * 8 : src,
-                       bytes);
-    }
+    load_q_rows<S::kThreads, S::kRows>(p, q_addr, row0, rows, qo_start, tid);  // Q^T
     load_kv_tile<TPR>(p, ext, base, j_begin,
                       kv_source_of(p, ext, j_begin + load_r, j_end, first_index, load_c0 == 0), load_r, load_c0);
   }
@@ -182,17 +164,9 @@ verify_wgmma_kernel(const VerifyParams p) {
   for (int64_t it = 0; it < num_tiles; ++it) {
     const uint32_t stage = base + static_cast<uint32_t>(it & 1) * kStageBytes;
     const int64_t j0 = j_begin + it * kTile;
-    cp_async_wait<0>();
-    wgmma::fence_shared_for_async();
-    __syncthreads();  // tile `it` landed for every thread; the other stage is no longer read
     const bool load_next = it + 1 < num_tiles;
     const uint32_t next_stage = base + static_cast<uint32_t>((it + 1) & 1) * kStageBytes;
-    int64_t next_source = -1;
-    if (load_next) {
-      const int64_t jn = j0 + kTile + load_r;
-      next_source = kv_source_of(p, ext, jn, j_end, next_index, load_c0 == 0);
-      next_index = prefix_index_ahead(p, ext, jn + kTile, j_end);
-    }
+    const int64_t next_source = await_tile(p, ext, j0, j_end, load_next, load_r, load_c0, &next_index);
 
     // -- S^T = K . Q^T over 576 dims (36 k16 steps)
     float s[NW / 2];
@@ -226,13 +200,7 @@ verify_wgmma_kernel(const VerifyParams p) {
     const bool draft_tile = j0 + kTile > prefix && j_end > prefix;
     if (draft_tile) {
       __syncthreads();
-      const int64_t j = j0 + load_r;
-      if (j >= prefix && j < j_end) {
-        const bf16* src = static_cast<const bf16*>(p.v_extend) + (qo_start + j - prefix) * p.ve_stride_t;
-        for (int c = load_c0; c < kValueBlocks * 8; c += TPR)
-          cp_async_16_to(stage + (c / 8) * kBlockBytes + wgmma::swizzled(load_r, c % 8), src + c * 8, 16);
-      }
-      cp_async_commit();
+      load_draft_values<TPR>(p, ext, stage, j0, j_end, load_r, load_c0);
     }
 
     if (math_wg) {
