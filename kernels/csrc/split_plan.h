@@ -20,7 +20,8 @@ constexpr int kMinChunkWgmma = 128;   // wgmma path: fewest KV positions a split
 // Wgmma: Hopper warpgroup MMAs, two warpgroups per CTA, 64-position KV tiles in two
 // stages (sm_90a only): 16 or 32 rows transposed (rows as the MMA's N; one warpgroup
 // computing 16 rows and one only copying, or two of 16), or 64 rows as the MMA's M (each
-// warpgroup half of the value dims); 169,728-222,720 bytes of shared memory.
+// warpgroup the scores of half a tile's positions and half of the value dims); 169,728-223,744
+// bytes of shared memory.
 enum KernelPath : int64_t {
   kPathPortable = 0, kPathTiled32 = 1, kPathTiled64 = 2,
   kPathWgmma16 = 3, kPathWgmma32 = 4, kPathWgmma64 = 5,

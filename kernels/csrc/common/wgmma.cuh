@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (sm_90a) helpers: shared-memory matrix descriptors (their low words)
 // for the 128-byte swizzled layout, wgmma.mma_async m64nNk16 (bf16 in, fp32 accumulate) with both operands
-// in shared memory or A in registers, and the fences that order it against ordinary loads and stores.
+// in shared memory, and the fences that order it against ordinary loads and stores.
 //
 // Layout (both operands): a tile is stored as column blocks of 64 bf16 (128 bytes) per row;
 // inside a block, row r's 16-byte chunk c sits at r*128 + ((c ^ (r % 8)) * 16), and the
@@ -86,35 +86,34 @@ struct Mma<16, TransA> {
                         "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define KDTREE_F32(d, i) KDTREE_F8(d, i), KDTREE_F8(d, i + 8), KDTREE_F8(d, i + 16), KDTREE_F8(d, i + 24)
 
-// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], both operands K-major in shared memory (the rows
-// path's S = Q . K^T), offsets as for Mma.
-struct MmaSS64 {
+// D[64 x 32] (+)= A[64 x 16] . B[16 x 32], both operands K-major in shared memory (the rows
+// path's S = Q . K^T over one warpgroup's 32 positions), offsets as for Mma.
+struct MmaSS32 {
   template <int OffA, int OffB>
   __device__ __forceinline__ static void run(float* d, uint32_t a, uint32_t b, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile(
-        KDTREE_WGMMA_DESC_PROLOGUE("%32, %36", "%33, %37", "%34", "%38")
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-        "}, da, db, p, 1, 1, %35, 0;\n}\n"
-        : KDTREE_F32(d, 0)
+        KDTREE_WGMMA_DESC_PROLOGUE("%16, %20", "%17, %21", "%18", "%22")
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+        "}, da, db, p, 1, 1, %19, 0;\n}\n"
+        : KDTREE_F8(d, 0), KDTREE_F8(d, 8)
         : "r"(a), "r"(b), "r"(accumulate), "n"(0), "n"(OffA), "n"(OffB), "n"(kDescHigh));
 #endif
   }
 };
 
-// D[64 x 256] += A[64 x 16] . B[16 x 256]: A from registers (four bf16x2 per thread, the
-// layout of an m64nNk16 accumulator's 16 columns packed pairwise), B N-major in shared
-// memory (the rows path's O += P . V, V's dims contiguous) by the low word of its
-// descriptor plus a compile-time offset in 16-byte units.
-struct MmaRS256 {
-  template <int OffB>
-  __device__ __forceinline__ static void run(float* d, const uint32_t* a, uint32_t b) {
+// D[64 x 256] += A[64 x 16] . B[16 x 256], A K-major in shared memory (the rows path's P,
+// each half of its positions written by one warpgroup), B N-major (V's dims contiguous,
+// 64-wide column blocks `leading` bytes apart); offsets as for Mma.
+struct MmaSS256 {
+  template <int OffA, int OffB>
+  __device__ __forceinline__ static void run(float* d, uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile(
-        "{\n.reg .pred p;\n.reg .b32 lb, hi;\n.reg .b64 db;\nmov.b32 hi, %134;\nadd.u32 lb, %132, %133;\n"
-        "mov.b64 db, {lb, hi};\nsetp.ne.b32 p, hi, 0;\n"  // always true (the high word is never 0): accumulate
+        "{\n.reg .pred p;\n.reg .b32 la, lb, hi;\n.reg .b64 da, db;\nmov.b32 hi, %132;\n"
+        "add.u32 la, %128, %130;\nadd.u32 lb, %129, %131;\nmov.b64 da, {la, hi};\nmov.b64 db, {lb, hi};\n"
+        "setp.ne.b32 p, hi, 0;\n"  // always true (the high word is never 0): accumulate
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
         "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
         "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
@@ -124,9 +123,9 @@ struct MmaRS256 {
         "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
         "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
         "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-        "}, {%128, %129, %130, %131}, db, p, 1, 1, 1;\n}\n"
+        "}, da, db, p, 1, 1, 0, 1;\n}\n"
         : KDTREE_F32(d, 0), KDTREE_F32(d, 32), KDTREE_F32(d, 64), KDTREE_F32(d, 96)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b), "n"(OffB), "n"(kDescHigh));
+        : "r"(a), "r"(b), "n"(OffA), "n"(OffB), "n"(kDescHigh));
 #endif
   }
 };

@@ -1,24 +1,18 @@
 // Tree-verify attention for absorbed MLA, rows path (sm_90a): Hopper warpgroup MMAs with the
 // CTA's 64 query rows (draft tokens x heads, zero-padded) as the MMA's M:
 //
-//   S [64 rows x 64 positions]  = Q [64 x 576] . K^T        (both K-major in shared memory)
-//   O [64 rows x 256 dims]     += P [64 x 64] . V[:, half]  (P from registers, V N-major)
+//   S_w [64 rows x 32 positions] = Q [64 x 576] . K_w^T     (warpgroup w: positions 32w..32w+31)
+//   O [64 rows x 256 dims]     += P [64 x 64] . V[:, half]   (P from shared memory, V N-major)
 //
-// Two warpgroups, each owning half of the 512 value dims: both compute the same S (a
-// tensor-core cost, but no exchange between them), run the same online softmax on it and
-// feed their P straight from the accumulator registers into the PV MMA (no shared-memory
-// round trip; a row's maximum is a reduction over the four lanes that hold it). Each MMA
-// reads at most 128 bytes of shared memory per tensor-core cycle (m64n64k16: 4 KB per 32
-// cycles; m64n256k16 RS: 8 KB per 128), where the transposed path's m64n16k16 needs 2.5x
-// that. KV tiles of 64 positions gathered by every thread with cp.async into two stages,
-// the next tile's copies issued while this tile's QK MMAs run (warpgroup 1's before it
-// issues its own MMAs, while it waits for warpgroup 0's; 0's right after its issue; measured
-// 1.01-1.06x at long context over both after the issue); draft positions take V
-// from v_extend, copied over K's first 512 columns after QK. Warpgroup 1 queues its QK
-// MMAs behind warpgroup 0's, so 0's softmax overlaps 1's MMAs. Split-KV partial states
-// have the same format as the other paths (combine.cuh). Measured on the H200 against
-// splitting QK between the warpgroups (partial sums exchanged through shared memory):
-// the exchange serializes them, and computing S twice was faster (1.02-1.21x).
+// Two warpgroups, each computing the scores of its half of a 64-position KV tile (no score is
+// computed twice) and owning half of the 512 value dims. The row maxima of both halves meet
+// in shared memory; each warpgroup then forms its half of P against the common maximum and
+// stores it (bf16) over the tile's rope block, which no MMA reads once both QKs are done, and
+// both run the PV MMA over the whole P. KV tiles of 64 positions are gathered by every thread
+// with cp.async into two stages, the next tile's copies issued while this tile's QK MMAs run
+// (warpgroup 1's before it issues its own MMAs, while it waits for warpgroup 0's; 0's right
+// after its issue); draft positions take V from v_extend, copied over K's first 512 columns
+// after QK. Split-KV partial states have the same format as the other paths (combine.cuh).
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -42,18 +36,20 @@ constexpr int kHalfDims = kValueDim / 2;                // value dims per warpgr
 constexpr int kQBlockBytes = kRows * 128;
 constexpr int kQBytes = kColBlocks * kQBlockBytes;
 constexpr int kDraftWords = 2 * kMaxDraft;
-constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes + kDraftWords * 4;
+constexpr int kRopeBlock = kColBlocks - 1;  // where P goes once both QKs of the tile are done
+constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes + kDraftWords * 4 +
+                           4 * kRows * 4 /* row maxima and sums of each warpgroup */;
 constexpr int kThreadsPerRow = kThreads / kTile;        // KV tile copies
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
 
-// Visibility of this thread's 32 score elements in a tile that is not all prefix: bit i for
+// Visibility of this thread's 16 score elements in a tile that is not all prefix: bit i for
 // s[i] = row (tok_lo, or tok_hi when i & 2) at position j_first + 8 * (i / 4) + i % 2;
 // tok < 0: a padding row (nothing visible). Draft columns read from the staged bits.
 __device__ __forceinline__ uint32_t visible_bits(const uint32_t* draft_vis, int64_t prefix, int64_t j_first,
                                                  int64_t j_end, int tok_lo, int tok_hi) {
   uint32_t bits = 0;
 #pragma unroll 1
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < 16; ++i) {
     const int tok = (i & 2) ? tok_hi : tok_lo;
     const int64_t j = j_first + 8 * (i / 4) + (i & 1);
     if (tok < 0 || j >= j_end) continue;
@@ -63,19 +59,21 @@ __device__ __forceinline__ uint32_t visible_bits(const uint32_t* draft_vis, int6
   return bits;
 }
 
-// S = Q . K^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units.
+// S_w = Q . K_w^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units;
+// k_desc addresses the warpgroup's 32 positions (rows 32 w.. of each block).
 template <int... I>
 __device__ __forceinline__ void qk_steps(float* s, uint32_t q_desc, uint32_t k_desc,
                                          std::integer_sequence<int, I...>) {
-  (wgmma::MmaSS64::run<((I / 4) * kQBlockBytes + (I % 4) * 32) / 16, ((I / 4) * kBlockBytes + (I % 4) * 32) / 16>(
+  (wgmma::MmaSS32::run<((I / 4) * kQBlockBytes + (I % 4) * 32) / 16, ((I / 4) * kBlockBytes + (I % 4) * 32) / 16>(
        s, q_desc, k_desc, I != 0), ...);
 }
 
-// O += P . V: k16 step i = positions [16 i, 16 i + 16) = two 8-row groups (2048 bytes).
+// O += P . V, P K-major in shared memory: k16 step i = positions [16 i, 16 i + 16) (+32 bytes
+// of P, two 8-row groups = 2048 bytes of the N-major V).
 template <int... I>
-__device__ __forceinline__ void pv_steps(float* acc, const uint32_t (*p)[4], uint32_t v_desc,
+__device__ __forceinline__ void pv_steps(float* acc, uint32_t p_desc, uint32_t v_desc,
                                          std::integer_sequence<int, I...>) {
-  (wgmma::MmaRS256::run<(I * 2048) / 16>(acc, p[I], v_desc), ...);
+  (wgmma::MmaSS256::run<(I * 32) / 16, (I * 2048) / 16>(acc, p_desc, v_desc), ...);
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -87,6 +85,8 @@ verify_rows_kernel(const VerifyParams p) {
   const uint32_t base = (raw + 1023u) & ~1023u;   // swizzled blocks start on 1024 bytes
   const uint32_t q_addr = base + kStages * kStageBytes;
   uint32_t* draft_vis = reinterpret_cast<uint32_t*>(smem_raw + (q_addr + kQBytes - raw));
+  float* row_max = reinterpret_cast<float*>(draft_vis + kDraftWords);  // [2][64]: this tile's, per warpgroup
+  float* row_sum = row_max + 2 * kRows;                                // [2][64]: l of each warpgroup
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
@@ -117,7 +117,8 @@ verify_rows_kernel(const VerifyParams p) {
     if (row_lo + 8 * h < rows) row_token_head(row_lo + 8 * h, H, &tok, &head);
     tok_of[h] = static_cast<int>(tok);
   }
-  const uint32_t valid_bits = (tok_of[0] >= 0 ? 0x33333333u : 0u) | (tok_of[1] >= 0 ? 0xCCCCCCCCu : 0u);
+  const uint32_t valid_bits = (tok_of[0] >= 0 ? 0x3333u : 0u) | (tok_of[1] >= 0 ? 0xCCCCu : 0u);
+  const int qrow[2] = {16 * warp + g, 16 * warp + g + 8};  // this thread's rows in the block
 
   float acc[kHalfDims / 2];  // acc[4k + e]: row lo/hi (e / 2), dim 256 wg + 8k + 2t + e % 2
 #pragma unroll
@@ -140,6 +141,7 @@ verify_rows_kernel(const VerifyParams p) {
 
   const float scale = static_cast<float>(p.scale_log2);
   const uint32_t q_desc = wgmma::descriptor_low(q_addr, 16);
+  const uint32_t half_offset = static_cast<uint32_t>(wg_uniform) * (kTile / 2) * 128;  // rows 32 w..
   for (int64_t it = 0; it < num_tiles; ++it) {
     const uint32_t stage = base + static_cast<uint32_t>(it & 1) * kStageBytes;
     const int64_t j0 = j_begin + it * kTile;
@@ -147,10 +149,10 @@ verify_rows_kernel(const VerifyParams p) {
     const uint32_t next_stage = base + static_cast<uint32_t>((it + 1) & 1) * kStageBytes;
     const int64_t next_source = await_tile(p, ext, j0, j_end, load_next, load_r, load_c0, &next_index);
 
-    // -- S = Q . K^T over 576 dims (36 k16 steps); warpgroup 1's behind warpgroup 0's
-    float s[32];
+    // -- S_w = Q . K_w^T over 576 dims (36 k16 steps); warpgroup 1's behind warpgroup 0's
+    float s[16];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) s[i] = 0.f;
+    for (int i = 0; i < 16; ++i) s[i] = 0.f;
     const uint32_t stage_uniform = __shfl_sync(0xffffffffu, stage, 0);
     // the next tile's copies: warpgroup 1 issues its share while it waits for warpgroup 0's
     // QK issue, warpgroup 0 its share right after that issue (while the tensor cores work)
@@ -159,57 +161,64 @@ verify_rows_kernel(const VerifyParams p) {
       wgmma::named_barrier(3, 256);
     }
     wgmma::fence();
-    qk_steps(s, q_desc, wgmma::descriptor_low(stage_uniform, 16), std::make_integer_sequence<int, kColBlocks * 4>{});
+    qk_steps(s, q_desc, wgmma::descriptor_low(stage_uniform + half_offset, 16),
+             std::make_integer_sequence<int, kColBlocks * 4>{});
     wgmma::commit();
     if (wg == 0) {
-      wgmma::named_arrive(3, 256);
+      wgmma::named_barrier(3, 256);  // a sync, not an arrive: racecheck mis-orders the epilogue's
+                                     // row-sum exchange after one-sided arrivals
       if (load_next) load_kv_tile<TPR>(p, ext, next_stage, j0 + kTile, next_source, load_r, load_c0);
     }
     cp_async_commit();
     wgmma::wait<0>();
 #pragma unroll
-    for (int i = 0; i < 32; ++i) wgmma::pin(s[i]);
+    for (int i = 0; i < 16; ++i) wgmma::pin(s[i]);
 
-    // -- draft positions take their V from v_extend: copied over K's first 512 columns once
-    // both warpgroups are done with K (it lands while the softmax runs)
-    const bool draft_tile = j0 + kTile > prefix && j_end > prefix;
-    if (draft_tile) {
-      __syncthreads();
-      load_draft_values<TPR>(p, ext, stage, j0, j_end, load_r, load_c0);
-    }
-
-    // -- scale and mask (log2 units), online softmax over the quad that holds each row
+    // -- scale and mask (log2 units); this half's row maxima over the quad, then both halves'
     const uint32_t vis = j0 + kTile <= prefix && j0 + kTile <= j_end
         ? valid_bits
-        : visible_bits(draft_vis, prefix, j0 + 2 * t, j_end, tok_of[0], tok_of[1]);
+        : visible_bits(draft_vis, prefix, j0 + kTile / 2 * wg + 2 * t, j_end, tok_of[0], tok_of[1]);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < 16; ++i) {
       const float v = (vis >> i) & 1u ? s[i] * scale : -INFINITY;
       s[i] = v;
       mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], v);
     }
-    float alpha[2], base_m[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float new_m = fmaxf(m_run[h], mx[h]);
+      if (t == 0) row_max[wg * kRows + qrow[h]] = mx[h];
+    }
+    __syncthreads();  // both QKs done (K is free), both halves' maxima in shared memory
+
+    // -- draft positions take their V from v_extend: copied over K's first 512 columns (it
+    // lands while the softmax runs)
+    const bool draft_tile = j0 + kTile > prefix && j_end > prefix;
+    if (draft_tile) load_draft_values<TPR>(p, ext, stage, j0, j_end, load_r, load_c0);
+
+    float alpha[2], base_m[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // the same maximum in both warpgroups (fmaxf commutes)
+      const float new_m = fmaxf(m_run[h], fmaxf(row_max[qrow[h]], row_max[kRows + qrow[h]]));
       base_m[h] = new_m == -INFINITY ? 0.f : new_m;
       alpha[h] = exp2_approx(m_run[h] - base_m[h]);
       m_run[h] = new_m;
     }
+    // this half of P (bf16) over the rope block: row qrow, positions 32 w + 8 kk' + 2 t
+    const uint32_t p_block = stage + kRopeBlock * kBlockBytes;
     float sum[2] = {0.f, 0.f};
-    uint32_t pa[4][4];  // P as the PV MMA's A operand: k16 step kk = S's columns 16kk..16kk+15 packed pairwise
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = 8 * kk + 2 * r;  // s[i], s[i + 1]: row lo/hi = r % 2
         const float p0 = exp2_approx(s[i] - base_m[r & 1]);
         const float p1 = exp2_approx(s[i + 1] - base_m[r & 1]);
         sum[r & 1] += p0 + p1;
-        pa[kk][r] = pack_bf16(p0, p1);
+        const uint32_t at = p_block + wgmma::swizzled(qrow[r & 1], 4 * wg + 2 * kk + (r >> 1)) + 4 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(at), "r"(pack_bf16(p0, p1)) : "memory");
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
@@ -217,15 +226,14 @@ verify_rows_kernel(const VerifyParams p) {
 #pragma unroll
       for (int i = 0; i < kHalfDims / 2; ++i) acc[i] *= alpha[(i >> 1) & 1];
 
-    if (draft_tile) {  // the draft V rows landed for every thread (and the next tile's, if any)
-      cp_async_wait<0>();
-      wgmma::fence_shared_for_async();
-      __syncthreads();
-    }
+    if (draft_tile) cp_async_wait<0>();  // the draft V rows landed (and the next tile's, if any)
+    wgmma::fence_shared_for_async();
+    __syncthreads();  // all of P (and the draft V rows) in shared memory
 
     // -- O += P . V over this warpgroup's 256 dims (4 k16 steps of N = 256)
     wgmma::fence();
-    pv_steps(acc, pa, wgmma::descriptor_low(stage_uniform + wg_uniform * 4 * kBlockBytes, kBlockBytes),
+    pv_steps(acc, wgmma::descriptor_low(__shfl_sync(0xffffffffu, p_block, 0), 16),
+             wgmma::descriptor_low(stage_uniform + wg_uniform * 4 * kBlockBytes, kBlockBytes),
              std::make_integer_sequence<int, kTile / 16>{});
     wgmma::commit();
     wgmma::wait<0>();
@@ -234,12 +242,14 @@ verify_rows_kernel(const VerifyParams p) {
   }
   cp_async_wait<0>();
 
-  // -- row sums over the quad; write the final output (one split) or the split's partial state
+  // -- row sums over the quad and both warpgroups; write the final output (one split) or the split's partial state
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    if (t == 0) row_sum[wg * kRows + qrow[h]] = l_run[h];
   }
+  __syncthreads();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (tok_of[h] < 0) continue;
@@ -247,7 +257,7 @@ verify_rows_kernel(const VerifyParams p) {
     int64_t tk, head;
     row_token_head(row, H, &tk, &head);
     tk += qo_start;
-    const float l = l_run[h], m = m_run[h];
+    const float l = row_sum[qrow[h]] + row_sum[kRows + qrow[h]], m = m_run[h];
     const int d0 = kHalfDims * wg + 2 * t;
     if (p.num_splits == 1) {
       const float inv = l > 0.f ? 1.f / l : 0.f;
