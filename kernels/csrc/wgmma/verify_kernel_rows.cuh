@@ -206,7 +206,8 @@ verify_rows_kernel(const VerifyParams p) {
       alpha[h] = exp2_approx(m_run[h] - base_m[h]);
       m_run[h] = new_m;
     }
-    // this half of P (bf16) over the rope block: row qrow, positions 32 w + 8 kk' + 2 t
+    // this half of P (bf16) over the rope block, swizzled like Q: s[i], s[i + 1] go to row qrow[r % 2],
+    // positions 32 w + 8 (i / 4) + 2 t and + 1 (16-byte chunk 4 w + i / 4, bytes 4 t..4 t + 3)
     const uint32_t p_block = stage + kRopeBlock * kBlockBytes;
     float sum[2] = {0.f, 0.f};
 #pragma unroll
