@@ -1,6 +1,7 @@
 """A reduced kernel matrix for compute-sanitizer (memcheck, racecheck): every code path
-(split and unsplit, ctx 0, mixed batches, chain without mask, LSE, padded requests,
-debug checks) once, each checked by the parity rule. Exit status 0 only if all pass.
+(split and unsplit, every combine group size, ctx 0, mixed batches, chain without mask,
+LSE, padded requests, debug checks) once, each checked by the parity rule.
+Exit status 0 only if all pass.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python -m kdgate.sanitize_run
     compute-sanitizer --tool racecheck --error-exitcode 1 python -m kdgate.sanitize_run --quick
@@ -26,6 +27,7 @@ CASES = (
     VerifyCase(ctx=(200,) * 40, n=4, heads=8, seed=93),      # one split per request
     VerifyCase(ctx=(3000,), n=33, heads=128, tree="topk", seed=94),
     VerifyCase(ctx=(700,), n=2, heads=8, seed=95),            # 16 rows: the wgmma path's 16-row blocks
+    VerifyCase(ctx=(3000,), n=64, heads=8, seed=96),          # 8 row blocks: 16 splits, 2 combine warps per chunk
 )
 
 

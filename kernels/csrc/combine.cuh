@@ -1,8 +1,10 @@
-// Deterministic combine of the per-split partial states. One CTA per (query row, 128-column
-// chunk): 8 warps each merge a fixed subset of the splits (warp w: splits w, w+8, ...,
-// four loads in flight) with exact log2-domain weights against the global maximum, then
-// warp 0 adds the 8 partial sums in warp order and rounds to bf16 once. Splits that saw nothing (m = -inf)
-// are skipped without reading their partial output.
+// Deterministic combine of the per-split partial states. A unit of work is one query row's
+// 128-column chunk; a group of 1, 2, 4 or 8 warps merges it (warp m of the group: splits m,
+// m + G, ..., at most 16, in batches of 8 loads), each warp against its own maximum, then
+// the group's first warp rescales and adds the warps' sums in warp order and rounds to bf16
+// once. A CTA of 8 warps holds 8 / G units, so few splits use one warp per unit and many
+// splits up to 8. Splits that saw nothing (m = -inf) weigh 0 and their partial output, never
+// written, is not read. Weights are exact log2-domain exponentials.
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -14,6 +16,23 @@ namespace kdtree {
 
 constexpr int kCombineWarps = 8;
 constexpr int kCombineChunks = 4;  // 512 columns = 4 chunks x 32 lanes x float4
+constexpr int kCombinePerWarp = 16;  // splits one warp merges at most
+constexpr int kCombineBatch = 8;     // loads per lane issued together
+static_assert(kMaxSplitsTiled <= kCombineWarps * kCombinePerWarp && kMaxSplits <= kCombineWarps * kCombinePerWarp,
+              "8 warps of 16 splits cover every split count the plans choose");
+
+// Warps per unit for `num_splits` splits: the fewest of 1, 2, 4, 8 that leave each warp at
+// most 8 splits, else 8 (at most 16 each).
+__host__ __device__ inline int combine_group_warps(int64_t num_splits) {
+  int g = 1;
+  while (g < kCombineWarps && num_splits > 8 * g) g *= 2;
+  return g;
+}
+
+// CTAs of the combine for `rows` query rows (T x H) and `num_splits` splits.
+__host__ __device__ inline int64_t combine_ctas(int64_t rows, int64_t num_splits) {
+  return ceil_div(rows * kCombineChunks, kCombineWarps / combine_group_warps(num_splits));
+}
 
 // The request that owns token t (binary search in qo_indptr), or -1 when t belongs to no
 // request or lies past its request's max_len_extend rows (never computed).
@@ -34,75 +53,84 @@ __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t
 __global__ void __launch_bounds__(kCombineWarps * 32)
 verify_combine_kernel(const VerifyParams p) {
   __shared__ float4 part[kCombineWarps][32];
-  __shared__ float part_l[kCombineWarps];
-  static_assert(kMaxSplitsTiled <= 32 * kCombineWarps && kMaxSplits <= 32 * kCombineWarps,
-                "one weight per lane: at most 256 splits");
+  __shared__ float part_m[kCombineWarps], part_l[kCombineWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t flat = blockIdx.x;  // t * H + h
-  const int chunk = blockIdx.y;
-  if (flat >= p.total_tokens * p.heads) return;
-  const int64_t t = flat / p.heads, h = flat % p.heads;
-  if (owning_request(p, t) < 0) return;
+  const int group_warps = combine_group_warps(p.num_splits);
+  const int member = warp % group_warps;
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * (kCombineWarps / group_warps) + warp / group_warps;
   const int64_t stride = p.total_tokens * p.heads;
+  const int64_t flat = unit / kCombineChunks;  // t * H + h
+  const int chunk = static_cast<int>(unit % kCombineChunks);
+  // the same for every warp of a group: a unit past the rows, or a row no request owns
+  const bool active = flat < stride && owning_request(p, flat / p.heads) >= 0;
 
-  float m = -INFINITY;
-  for (int64_t s = lane; s < p.num_splits; s += 32) m = fmaxf(m, p.ws_ml[(s * stride + flat) * 2]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, off));
-
-  // lane i holds the weight of this warp's i-th split (warp + 8 i); splits that saw
-  // nothing weigh 0 and their partial output is never read
-  const int64_t my_split = warp + static_cast<int64_t>(kCombineWarps) * lane;
-  float w_lane = 0.f, l_lane = 0.f;
-  bool live_lane = false;
-  if (m != -INFINITY && my_split < p.num_splits) {
-    const float ms = p.ws_ml[(my_split * stride + flat) * 2];
-    if (ms != -INFINITY) {
-      live_lane = true;
-      w_lane = exp2f(ms - m);
-      l_lane = w_lane * p.ws_ml[(my_split * stride + flat) * 2 + 1];
-    }
-  }
-  float l = l_lane;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffff, l, off);
-  const unsigned live = __ballot_sync(0xffffffff, live_lane);
+  // lane i < 16: this warp's i-th split (member + G i), its weight against the warp's maximum
+  float m_warp = -INFINITY, l_warp = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  const float* base = p.ws_acc + flat * 512 + chunk * 128 + 4 * lane;
-  for (int i0 = 0; i0 < 32; i0 += 4) {
-    if (!(live >> i0)) break;  // no live split at or after i0
-    float4 v[4];
-    float w[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {  // four independent loads in flight
-      w[u] = __shfl_sync(0xffffffff, w_lane, i0 + u);
-      const int64_t s = warp + static_cast<int64_t>(kCombineWarps) * (i0 + u);
-      v[u] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const float4*>(base + s * stride * 512)
-                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+  if (active) {
+    const int64_t my_split = member + static_cast<int64_t>(group_warps) * lane;
+    float ms = -INFINITY, ls = 0.f;
+    if (lane < kCombinePerWarp && my_split < p.num_splits) {
+      const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (my_split * stride + flat) * 2);
+      ms = ml.x;
+      ls = ml.y;
     }
+    m_warp = ms;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      if (!((live >> (i0 + u)) & 1u)) continue;
-      acc.x += w[u] * v[u].x;
-      acc.y += w[u] * v[u].y;
-      acc.z += w[u] * v[u].z;
-      acc.w += w[u] * v[u].w;
+    for (int off = 16; off > 0; off >>= 1) m_warp = fmaxf(m_warp, __shfl_xor_sync(0xffffffffu, m_warp, off));
+    const bool live_lane = ms != -INFINITY;
+    const float w_lane = live_lane ? exp2f(ms - m_warp) : 0.f;
+    l_warp = w_lane * ls;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) l_warp += __shfl_xor_sync(0xffffffffu, l_warp, off);
+    const unsigned live = __ballot_sync(0xffffffffu, live_lane);
+    const int64_t split_stride = stride * kValueDim;  // floats between two splits' partials
+    const float* src = p.ws_acc + member * split_stride + flat * kValueDim + chunk * 128 + 4 * lane;
+    const int64_t step = group_warps * split_stride;    // between this warp's splits
+    for (int i0 = 0; i0 < kCombinePerWarp && (live >> i0); i0 += kCombineBatch, src += kCombineBatch * step) {
+      // a dead split rereads the first live one at or after i0 (weight 0), so every load of
+      // the batch is issued unconditionally, none waiting on a branch
+      const int first = __ffs(live >> i0) - 1;
+      float4 v[kCombineBatch];
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u)
+        v[u] = *reinterpret_cast<const float4*>(src + ((live >> (i0 + u)) & 1u ? u : first) * step);
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u) {
+        const float w = __shfl_sync(0xffffffffu, w_lane, i0 + u);  // 0 for a dead split
+        acc.x += w * v[u].x;
+        acc.y += w * v[u].y;
+        acc.z += w * v[u].z;
+        acc.w += w * v[u].w;
+      }
     }
   }
-  part[warp][lane] = acc;
-  if (lane == 0) part_l[warp] = l;
-  __syncthreads();
-  if (warp != 0) return;
-  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-  float total = 0.f;
-#pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) {
-    sum.x += part[w][lane].x;
-    sum.y += part[w][lane].y;
-    sum.z += part[w][lane].z;
-    sum.w += part[w][lane].w;
-    total += part_l[w];
+  float m = m_warp, total = l_warp;
+  float4 sum = acc;
+  if (group_warps > 1) {  // the group's warps meet in shared memory; its first warp adds them in order
+    part[warp][lane] = acc;
+    if (lane == 0) {
+      part_m[warp] = m_warp;
+      part_l[warp] = l_warp;
+    }
+    __syncthreads();
+    if (member != 0) return;
+    m = -INFINITY;
+    for (int w = warp; w < warp + group_warps; ++w) m = fmaxf(m, part_m[w]);
+    sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    total = 0.f;
+    for (int w = warp; w < warp + group_warps; ++w) {
+      if (part_m[w] == -INFINITY) continue;
+      const float f = exp2f(part_m[w] - m);
+      sum.x += f * part[w][lane].x;
+      sum.y += f * part[w][lane].y;
+      sum.z += f * part[w][lane].z;
+      sum.w += f * part[w][lane].w;
+      total += f * part_l[w];
+    }
   }
+  if (!active) return;
+  const int64_t t = flat / p.heads, h = flat % p.heads;
   const float inv = total > 0.f ? 1.f / total : 0.f;
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h +
                        chunk * 128 + 4 * lane;

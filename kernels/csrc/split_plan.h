@@ -49,23 +49,28 @@ inline int64_t choose_num_splits(int64_t bs, int64_t row_blocks, int64_t total_r
   return splits < 1 ? 1 : splits;
 }
 
-// Tiled path (one CTA per SM): the split count whose grid wastes the least of its waves
-// (time ~ waves / splits), the smallest such; at most kMaxSplitsTiled and the workspace
-// budget.
+// Tiled and wgmma paths (one CTA per SM): the split count with the least estimated time,
+// waves x (1 / splits + kCtaFixedCost) in units of one request's KV work, the smallest such;
+// at most kMaxSplitsTiled and the workspace budget. The fixed cost per CTA (Q staging, the
+// first tile's wait, the partial's write and its share of the combine) is taken as one
+// 64-position tile of a 16k context: it makes one full wave beat two waves of half the work.
+constexpr double kCtaFixedCost = 1.0 / 256;
 inline int64_t choose_num_splits_tiled(int64_t bs, int64_t row_blocks, int64_t total_rows,
                                        int64_t num_sms, int64_t workspace_budget_bytes) {
   int64_t ctas = bs * row_blocks > 0 ? bs * row_blocks : 1;
   int64_t limit = 2 * ceil_div(num_sms, ctas);
   if (limit > kMaxSplitsTiled) limit = kMaxSplitsTiled;
   int64_t per_split = total_rows * (512 + 2) * 4;
+  auto time = [&](int64_t s) {
+    return static_cast<double>(ceil_div(ctas * s, num_sms)) * (1.0 / static_cast<double>(s) + kCtaFixedCost);
+  };
   int64_t best = 1;
-  double best_time = static_cast<double>(ceil_div(ctas, num_sms));
+  double best_time = time(1);
   for (int64_t s = 2; s <= limit; ++s) {
     if (s * per_split > workspace_budget_bytes) break;
-    double time = static_cast<double>(ceil_div(ctas * s, num_sms)) / static_cast<double>(s);
-    if (time < best_time * (1.0 - 1e-9)) {
+    if (time(s) < best_time * (1.0 - 1e-9)) {
       best = s;
-      best_time = time;
+      best_time = time(s);
     }
   }
   return best;

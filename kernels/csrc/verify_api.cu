@@ -30,49 +30,16 @@ cudaError_t allow_shared_memory(Kernel kernel, int bytes, unsigned long long* co
   return e;
 }
 
-template <int BM>
-cudaError_t launch_tiled(const VerifyParams& p, cudaStream_t stream) {
-  static unsigned long long configured = 0;
-  constexpr int smem = kdtree::tiled::Tile<BM>::kSmemBytes;
-  cudaError_t e = allow_shared_memory(kdtree::tiled::verify_tiled_kernel<BM>, smem, &configured);
+// Launch main kernel `Kernel` (`Threads` threads, `Smem` bytes of dynamic shared memory) on
+// the grid (row blocks, requests, splits).
+template <auto Kernel, int Threads, int Smem>
+cudaError_t launch_main(const VerifyParams& p, cudaStream_t stream) {
+  static unsigned long long configured = 0;  // one flag per kernel: devices already allowed Smem
+  cudaError_t e = allow_shared_memory(Kernel, Smem, &configured);
   if (e != cudaSuccess) return e;
   dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
             static_cast<unsigned>(p.num_splits));
-  kdtree::tiled::verify_tiled_kernel<BM><<<grid, kdtree::tiled::kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
-}
-
-template <int NW, int WGS, int MWG>
-cudaError_t launch_wgmma(const VerifyParams& p, cudaStream_t stream) {
-  static unsigned long long configured = 0;
-  using Shape = kdtree::wgmma_path::Shape<NW, WGS, MWG>;
-  auto kernel = kdtree::wgmma_path::verify_wgmma_kernel<NW, WGS, MWG>;
-  cudaError_t e = allow_shared_memory(kernel, Shape::kSmemBytes, &configured);
-  if (e != cudaSuccess) return e;
-  dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
-            static_cast<unsigned>(p.num_splits));
-  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_wgmma_rows(const VerifyParams& p, cudaStream_t stream) {
-  static unsigned long long configured = 0;
-  constexpr int smem = kdtree::wgmma_rows::kSmemBytes;
-  cudaError_t e = allow_shared_memory(kdtree::wgmma_rows::verify_rows_kernel, smem, &configured);
-  if (e != cudaSuccess) return e;
-  dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
-            static_cast<unsigned>(p.num_splits));
-  kdtree::wgmma_rows::verify_rows_kernel<<<grid, kdtree::wgmma_rows::kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_portable(const VerifyParams& p, cudaStream_t stream) {
-  static unsigned long long configured = 0;
-  cudaError_t e = allow_shared_memory(kdtree::verify_mma_kernel, kdtree::kSmemBytes, &configured);
-  if (e != cudaSuccess) return e;
-  dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
-            static_cast<unsigned>(p.num_splits));
-  kdtree::verify_mma_kernel<<<grid, kdtree::kThreads, kdtree::kSmemBytes, stream>>>(p);
+  Kernel<<<grid, Threads, Smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -141,21 +108,38 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   cudaError_t e = cudaSuccess;
   if (part != 2) {
+    namespace tl = kdtree::tiled;
+    namespace wg = kdtree::wgmma_path;
+    namespace wr = kdtree::wgmma_rows;
+    using W16 = wg::Shape<16, 2, 1>;
+    using W32 = wg::Shape<16, 2, 2>;
     switch (p.path) {
-      case kdtree::kPathPortable: e = launch_portable(p, stream); break;
-      case kdtree::kPathTiled32: e = launch_tiled<32>(p, stream); break;
-      case kdtree::kPathTiled64: e = launch_tiled<64>(p, stream); break;
-      case kdtree::kPathWgmma16: e = launch_wgmma<16, 2, 1>(p, stream); break;
-      case kdtree::kPathWgmma32: e = launch_wgmma<16, 2, 2>(p, stream); break;
-      case kdtree::kPathWgmma64: e = launch_wgmma_rows(p, stream); break;
+      case kdtree::kPathPortable:
+        e = launch_main<kdtree::verify_mma_kernel, kdtree::kThreads, kdtree::kSmemBytes>(p, stream);
+        break;
+      case kdtree::kPathTiled32:
+        e = launch_main<tl::verify_tiled_kernel<32>, tl::kThreads, tl::Tile<32>::kSmemBytes>(p, stream);
+        break;
+      case kdtree::kPathTiled64:
+        e = launch_main<tl::verify_tiled_kernel<64>, tl::kThreads, tl::Tile<64>::kSmemBytes>(p, stream);
+        break;
+      case kdtree::kPathWgmma16:
+        e = launch_main<wg::verify_wgmma_kernel<16, 2, 1>, W16::kThreads, W16::kSmemBytes>(p, stream);
+        break;
+      case kdtree::kPathWgmma32:
+        e = launch_main<wg::verify_wgmma_kernel<16, 2, 2>, W32::kThreads, W32::kSmemBytes>(p, stream);
+        break;
+      case kdtree::kPathWgmma64:
+        e = launch_main<wr::verify_rows_kernel, wr::kThreads, wr::kSmemBytes>(p, stream);
+        break;
       default: return static_cast<int>(cudaErrorInvalidValue);
     }
   }
   if (e != cudaSuccess || p.num_splits == 1 || part == 1) return static_cast<int>(e);
   const int64_t rows = p.total_tokens * p.heads;
   if (rows > 0) {
-    dim3 grid(static_cast<unsigned>(rows), kdtree::kCombineChunks);
-    kdtree::verify_combine_kernel<<<grid, kdtree::kCombineWarps * 32, 0, stream>>>(p);
+    const unsigned ctas = static_cast<unsigned>(kdtree::combine_ctas(rows, p.num_splits));
+    kdtree::verify_combine_kernel<<<ctas, kdtree::kCombineWarps * 32, 0, stream>>>(p);
   }
   return static_cast<int>(cudaGetLastError());
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "../split_plan.h"
 #include "../verify_params.h"
 
 namespace kdtree {
@@ -46,6 +47,33 @@ __device__ __forceinline__ bool request_extent(const VerifyParams& p, int64_t b,
     r->prefix = p.kv_indices_len - r->kv_start;
     if (r->prefix < 0) r->prefix = 0;
   }
+  return true;
+}
+
+// What CTA (row block blockIdx.x, request blockIdx.y, split blockIdx.z) computes: its
+// request's extent, rows (draft tokens x heads) and KV length (prefix + draft tokens), its
+// first row, its split's KV positions [j_begin, j_end) and the request's mask offset.
+struct CtaWork {
+  RequestExtent ext;
+  int64_t rows, row0, length, j_begin, j_end, mask_base;
+};
+
+// This CTA's work for `block_rows` rows per CTA and the path's split_range() sizes; the
+// first CTA of each request reports bad lengths. False when it has nothing to write: its
+// request's tokens lie outside q, or its row block lies past the request's rows.
+__device__ __forceinline__ bool cta_work(const VerifyParams& p, int64_t block_rows, int64_t min_chunk,
+                                         int64_t tile, CtaWork* w) {
+  const int64_t b = blockIdx.y, split = blockIdx.z;
+  if (!request_extent(p, b, threadIdx.x == 0 && blockIdx.x == 0 && split == 0, &w->ext)) return false;
+  w->rows = w->ext.qo_len * p.heads;
+  w->row0 = static_cast<int64_t>(blockIdx.x) * block_rows;
+  if (w->row0 >= w->rows) return false;
+  w->length = w->ext.prefix + w->ext.qo_len;
+  split_range(w->length, p.num_splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
+#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
+  if (p.num_splits > 1 && split == 0) return false;
+#endif
+  w->mask_base = p.mask ? p.mask_indptr[b] : 0;
   return true;
 }
 

@@ -15,6 +15,7 @@
 
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
+#include "../common/row_result.cuh"
 #include "../split_plan.h"
 #include "../verify_params.h"
 
@@ -47,23 +48,14 @@ verify_mma_kernel(const VerifyParams p) {
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t b = blockIdx.y, split = blockIdx.z;
-  const int64_t H = p.heads;
+  const int64_t split = blockIdx.z, H = p.heads;
 
-  // -- this request's extent (clamped: no read ever leaves its tensor)
-  RequestExtent ext;
-  if (!request_extent(p, b, tid == 0 && blockIdx.x == 0 && split == 0, &ext)) return;
-  const int64_t qo_start = ext.qo_start, qo_len = ext.qo_len, prefix = ext.prefix;
-  const int64_t rows = qo_len * H;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockM;
-  if (row0 >= rows) return;
-  const int64_t length = prefix + qo_len;
-  int64_t j_begin, j_end;
-  split_range(length, p.num_splits, split, &j_begin, &j_end);
-#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
-  if (p.num_splits > 1 && split == 0) return;
-#endif
-  const int64_t mask_base = p.mask ? p.mask_indptr[b] : 0;
+  // -- this CTA's work (request extent clamped: no read ever leaves its tensor)
+  CtaWork work;
+  if (!cta_work(p, kBlockM, 0, kBlockN, &work)) return;
+  const RequestExtent& ext = work.ext;
+  const int64_t qo_start = ext.qo_start, prefix = ext.prefix, rows = work.rows, row0 = work.row0;
+  const int64_t length = work.length, j_begin = work.j_begin, j_end = work.j_end, mask_base = work.mask_base;
 
   // -- rows of this thread: A = row0 + 16*(warp/2) + g, B = A + 8
   const int rg = warp / 2, ch = warp % 2;
@@ -242,30 +234,22 @@ verify_mma_kernel(const VerifyParams p) {
     int64_t row = half ? row_b : row_a;
     int64_t tok = qo_start + row / H, h = row % H;
     float m = half ? m_b : m_a, l = half ? l_b : l_a;
-    if (p.num_splits == 1) {
-      float inv = l > 0.f ? 1.f / l : 0.f;
-      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + tok * p.o_stride_t + h * p.o_stride_h +
-                           ch * kColsPerWarp + 2 * t;
+    const int d0 = ch * kColsPerWarp + 2 * t;  // this thread's columns: d0 + 8 i, + 1
+    write_row_result(
+        p, split, tok, h, m, l, ch == 0 && t == 0,
+        [&](__nv_bfloat16* dst, float inv) {
+          __nv_bfloat16* out = dst + d0;
 #pragma unroll
-      for (int i = 0; i < kColTiles; ++i) {
-        float x0 = acc[i][half * 2] * inv, x1 = acc[i][half * 2 + 1] * inv;
-        *reinterpret_cast<__nv_bfloat162*>(out + i * 8) = __floats2bfloat162_rn(x0, x1);
-      }
-      if (p.lse && ch == 0 && t == 0)
-        p.lse[tok * p.lse_stride_t + h] =
-            l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
-    } else {
-      int64_t flat = (split * p.total_tokens + tok) * H + h;
-      float* ws = p.ws_acc + flat * kValueDim + ch * kColsPerWarp + 2 * t;
-      if (m != -INFINITY)  // a split that saw nothing: the combine reads only its (m, l)
+          for (int i = 0; i < kColTiles; ++i)
+            *reinterpret_cast<__nv_bfloat162*>(out + i * 8) =
+                __floats2bfloat162_rn(acc[i][half * 2] * inv, acc[i][half * 2 + 1] * inv);
+        },
+        [&](float* dst) {
+          float* ws = dst + d0;
 #pragma unroll
-        for (int i = 0; i < kColTiles; ++i)
-          *reinterpret_cast<float2*>(ws + i * 8) = make_float2(acc[i][half * 2], acc[i][half * 2 + 1]);
-      if (ch == 0 && t == 0) {
-        p.ws_ml[flat * 2] = m;
-        p.ws_ml[flat * 2 + 1] = l;
-      }
-    }
+          for (int i = 0; i < kColTiles; ++i)
+            *reinterpret_cast<float2*>(ws + i * 8) = make_float2(acc[i][half * 2], acc[i][half * 2 + 1]);
+        });
   }
 }
 

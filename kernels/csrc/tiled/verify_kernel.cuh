@@ -18,6 +18,7 @@
 
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
+#include "../common/row_result.cuh"
 #include "../split_plan.h"
 #include "../verify_params.h"
 
@@ -86,22 +87,13 @@ verify_tiled_kernel(const VerifyParams p) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int rg = warp % T::kRowGroups, cs = warp / T::kRowGroups;
-  const int64_t b = blockIdx.y, split = blockIdx.z;
-  const int64_t H = p.heads;
+  const int64_t split = blockIdx.z, H = p.heads;
 
-  RequestExtent ext;
-  if (!request_extent(p, b, tid == 0 && blockIdx.x == 0 && split == 0, &ext)) return;
-  const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
-  const int64_t rows = ext.qo_len * H;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * BM;
-  if (row0 >= rows) return;
-  const int64_t length = prefix + ext.qo_len;
-  int64_t j_begin, j_end;
-  split_range(length, p.num_splits, split, &j_begin, &j_end, kMinChunkTiled);
-#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
-  if (p.num_splits > 1 && split == 0) return;
-#endif
-  const int64_t mask_base = p.mask ? p.mask_indptr[b] : 0;
+  CtaWork work;
+  if (!cta_work(p, BM, kMinChunkTiled, kBlockN, &work)) return;
+  const RequestExtent& ext = work.ext;
+  const int64_t prefix = ext.prefix, qo_start = ext.qo_start, rows = work.rows, row0 = work.row0;
+  const int64_t length = work.length, j_begin = work.j_begin, j_end = work.j_end, mask_base = work.mask_base;
 
   const int lr_a = rg * 16 + g, lr_b = lr_a + 8;  // this thread's two rows, local
   const int64_t row_a = row0 + lr_a, row_b = row0 + lr_b;
@@ -330,28 +322,22 @@ verify_tiled_kernel(const VerifyParams p) {
     const int64_t row = half ? row_b : row_a;
     const int64_t tok = qo_start + row / H, h = row % H;
     const float m = half ? m_b : m_a, l = half ? l_b : l_a;
-    if (p.num_splits == 1) {
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      bf16* out = static_cast<bf16*>(p.o) + tok * p.o_stride_t + h * p.o_stride_h + cs * T::kCols + 2 * t;
+    const int d0 = cs * T::kCols + 2 * t;  // this thread's columns: d0 + 8 i, + 1
+    write_row_result(
+        p, split, tok, h, m, l, cs == 0 && t == 0,
+        [&](bf16* dst, float inv) {
+          bf16* out = dst + d0;
 #pragma unroll
-      for (int i = 0; i < T::kColTiles; ++i)
-        *reinterpret_cast<__nv_bfloat162*>(out + i * 8) =
-            __floats2bfloat162_rn(acc[i][half * 2] * inv, acc[i][half * 2 + 1] * inv);
-      if (p.lse && cs == 0 && t == 0)
-        p.lse[tok * p.lse_stride_t + h] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
-    } else {
-      const int64_t flat = (split * p.total_tokens + tok) * H + h;
-      if (m != -INFINITY) {  // a split that saw nothing: the combine reads only its (m, l)
-        float* ws = p.ws_acc + flat * kValueDim + cs * T::kCols + 2 * t;
+          for (int i = 0; i < T::kColTiles; ++i)
+            *reinterpret_cast<__nv_bfloat162*>(out + i * 8) =
+                __floats2bfloat162_rn(acc[i][half * 2] * inv, acc[i][half * 2 + 1] * inv);
+        },
+        [&](float* dst) {
+          float* ws = dst + d0;
 #pragma unroll
-        for (int i = 0; i < T::kColTiles; ++i)
-          *reinterpret_cast<float2*>(ws + i * 8) = make_float2(acc[i][half * 2], acc[i][half * 2 + 1]);
-      }
-      if (cs == 0 && t == 0) {
-        p.ws_ml[flat * 2] = m;
-        p.ws_ml[flat * 2 + 1] = l;
-      }
-    }
+          for (int i = 0; i < T::kColTiles; ++i)
+            *reinterpret_cast<float2*>(ws + i * 8) = make_float2(acc[i][half * 2], acc[i][half * 2 + 1]);
+        });
   }
 }
 

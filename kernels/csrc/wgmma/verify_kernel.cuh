@@ -24,6 +24,7 @@
 
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
+#include "../common/row_result.cuh"
 #include "../common/wgmma.cuh"
 #include "../split_plan.h"
 #include "../verify_params.h"
@@ -109,21 +110,12 @@ verify_wgmma_kernel(const VerifyParams p) {
   float* red_wg = red + wg * 4 * NW;
   uint32_t* draft_vis = reinterpret_cast<uint32_t*>(red + S::kRedFloats);
 
-  const int64_t b = blockIdx.y, split = blockIdx.z;
-  const int64_t H = p.heads;
-  RequestExtent ext;
-  if (!request_extent(p, b, tid == 0 && blockIdx.x == 0 && split == 0, &ext)) return;
-  const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
-  const int64_t rows = ext.qo_len * H;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * S::kRows;
-  if (row0 >= rows) return;
-  const int64_t length = prefix + ext.qo_len;
-  int64_t j_begin, j_end;
-  split_range(length, p.num_splits, split, &j_begin, &j_end, kMinChunkWgmma, kTile);
-#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
-  if (p.num_splits > 1 && split == 0) return;
-#endif
-  const int64_t mask_base = p.mask ? p.mask_indptr[b] : 0;
+  const int64_t split = blockIdx.z, H = p.heads;
+  CtaWork work;
+  if (!cta_work(p, S::kRows, kMinChunkWgmma, kTile, &work)) return;
+  const RequestExtent& ext = work.ext;
+  const int64_t prefix = ext.prefix, qo_start = ext.qo_start, rows = work.rows, row0 = work.row0;
+  const int64_t length = work.length, j_begin = work.j_begin, j_end = work.j_end, mask_base = work.mask_base;
 
   // this thread's accumulator columns are rows row_here + 8*jj + e of the request (bit
   // 4*jj + e and 4*jj + 2 + e of the masks below)
@@ -318,32 +310,25 @@ verify_wgmma_kernel(const VerifyParams p) {
       int64_t tk, h;
       row_token_head(row, H, &tk, &h);
       tk += qo_start;
-      const int d0 = 16 * warp + g;
-      if (p.num_splits == 1) {
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        bf16* out = static_cast<bf16*>(p.o) + tk * p.o_stride_t + h * p.o_stride_h + d0;
+      const int d0 = 16 * warp + g;  // this thread's columns: d0 + 64 mt, + 8
+      write_row_result(
+          p, split, tk, h, m, l, warp == 0 && g == 0,
+          [&](bf16* dst, float inv) {
+            bf16* out = dst + d0;
 #pragma unroll
-        for (int mt = 0; mt < kValueBlocks; ++mt) {
-          out[mt * 64] = __float2bfloat16_rn(acc[mt][4 * jj + c] * inv);
-          out[mt * 64 + 8] = __float2bfloat16_rn(acc[mt][4 * jj + 2 + c] * inv);
-        }
-        if (p.lse && warp == 0 && g == 0)
-          p.lse[tk * p.lse_stride_t + h] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
-      } else {
-        const int64_t flat = (split * p.total_tokens + tk) * H + h;
-        if (m != -INFINITY) {  // a split that saw nothing: the combine reads only its (m, l)
-          float* ws = p.ws_acc + flat * kValueDim + d0;
+            for (int mt = 0; mt < kValueBlocks; ++mt) {
+              out[mt * 64] = __float2bfloat16_rn(acc[mt][4 * jj + c] * inv);
+              out[mt * 64 + 8] = __float2bfloat16_rn(acc[mt][4 * jj + 2 + c] * inv);
+            }
+          },
+          [&](float* dst) {
+            float* ws = dst + d0;
 #pragma unroll
-          for (int mt = 0; mt < kValueBlocks; ++mt) {
-            ws[mt * 64] = acc[mt][4 * jj + c];
-            ws[mt * 64 + 8] = acc[mt][4 * jj + 2 + c];
-          }
-        }
-        if (warp == 0 && g == 0) {
-          p.ws_ml[flat * 2] = m;
-          p.ws_ml[flat * 2 + 1] = l;
-        }
-      }
+            for (int mt = 0; mt < kValueBlocks; ++mt) {
+              ws[mt * 64] = acc[mt][4 * jj + c];
+              ws[mt * 64 + 8] = acc[mt][4 * jj + 2 + c];
+            }
+          });
     }
 #else
   __trap();  // built for another architecture: the plan never picks this path there

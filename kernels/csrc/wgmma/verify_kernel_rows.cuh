@@ -20,6 +20,7 @@
 
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
+#include "../common/row_result.cuh"
 #include "../common/wgmma.cuh"
 #include "../split_plan.h"
 #include "../verify_params.h"
@@ -91,21 +92,12 @@ verify_rows_kernel(const VerifyParams p) {
   const int g = lane / 4, t = lane % 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
 
-  const int64_t b = blockIdx.y, split = blockIdx.z;
-  const int64_t H = p.heads;
-  RequestExtent ext;
-  if (!request_extent(p, b, tid == 0 && blockIdx.x == 0 && split == 0, &ext)) return;
-  const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
-  const int64_t rows = ext.qo_len * H;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  if (row0 >= rows) return;
-  const int64_t length = prefix + ext.qo_len;
-  int64_t j_begin, j_end;
-  split_range(length, p.num_splits, split, &j_begin, &j_end, kMinChunkWgmma, kTile);
-#ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
-  if (p.num_splits > 1 && split == 0) return;
-#endif
-  const int64_t mask_base = p.mask ? p.mask_indptr[b] : 0;
+  const int64_t split = blockIdx.z, H = p.heads;
+  CtaWork work;
+  if (!cta_work(p, kRows, kMinChunkWgmma, kTile, &work)) return;
+  const RequestExtent& ext = work.ext;
+  const int64_t prefix = ext.prefix, qo_start = ext.qo_start, rows = work.rows, row0 = work.row0;
+  const int64_t length = work.length, j_begin = work.j_begin, j_end = work.j_end, mask_base = work.mask_base;
 
   // this thread's rows: row_lo = row0 + 16 warp + g (s[4k], s[4k + 1]) and row_lo + 8
   // (s[4k + 2], s[4k + 3]); their draft tokens (-1: padding)
@@ -259,29 +251,22 @@ verify_rows_kernel(const VerifyParams p) {
     row_token_head(row, H, &tk, &head);
     tk += qo_start;
     const float l = row_sum[qrow[h]] + row_sum[kRows + qrow[h]], m = m_run[h];
-    const int d0 = kHalfDims * wg + 2 * t;
-    if (p.num_splits == 1) {
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      bf16* out = static_cast<bf16*>(p.o) + tk * p.o_stride_t + head * p.o_stride_h + d0;
+    const int d0 = kHalfDims * wg + 2 * t;  // this thread's columns: d0 + 8 k, + 1
+    write_row_result(
+        p, split, tk, head, m, l, wg == 0 && t == 0,
+        [&](bf16* dst, float inv) {
+          bf16* out = dst + d0;
 #pragma unroll
-      for (int k = 0; k < kHalfDims / 8; ++k)
-        *reinterpret_cast<__nv_bfloat162*>(out + 8 * k) =
-            __floats2bfloat162_rn(acc[4 * k + 2 * h] * inv, acc[4 * k + 2 * h + 1] * inv);
-      if (p.lse && wg == 0 && t == 0)
-        p.lse[tk * p.lse_stride_t + head] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
-    } else {
-      const int64_t flat = (split * p.total_tokens + tk) * H + head;
-      if (m != -INFINITY) {  // a split that saw nothing: the combine reads only its (m, l)
-        float* ws = p.ws_acc + flat * kValueDim + d0;
+          for (int k = 0; k < kHalfDims / 8; ++k)
+            *reinterpret_cast<__nv_bfloat162*>(out + 8 * k) =
+                __floats2bfloat162_rn(acc[4 * k + 2 * h] * inv, acc[4 * k + 2 * h + 1] * inv);
+        },
+        [&](float* dst) {
+          float* ws = dst + d0;
 #pragma unroll
-        for (int k = 0; k < kHalfDims / 8; ++k)
-          *reinterpret_cast<float2*>(ws + 8 * k) = make_float2(acc[4 * k + 2 * h], acc[4 * k + 2 * h + 1]);
-      }
-      if (wg == 0 && t == 0) {
-        p.ws_ml[flat * 2] = m;
-        p.ws_ml[flat * 2 + 1] = l;
-      }
-    }
+          for (int k = 0; k < kHalfDims / 8; ++k)
+            *reinterpret_cast<float2*>(ws + 8 * k) = make_float2(acc[4 * k + 2 * h], acc[4 * k + 2 * h + 1]);
+        });
   }
 #else
   __trap();  // built for another architecture: the plan never picks this path there

@@ -1,0 +1,35 @@
+// A query row's result once its split's KV range is done, written by every path: with one
+// split the output row acc / l in bf16 and its natural-log LSE, else the split's partial
+// state for the combine: acc, and (m, l) in log2 units (a split that saw nothing writes only
+// (m, l)). Each thread writes its own columns of the row.
+#pragma once
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "../verify_params.h"
+
+namespace kdtree {
+
+// Row (token `tok` of q, head `head`) of split `split`, with running max `m` (log2 units) and
+// sum `l`. store_output(bf16* row, float inv_l) writes this thread's columns of the output
+// row scaled by 1 / l; store_partial(float* row) its unscaled columns of the partial row.
+// `writes_scalars`: this thread writes the row's LSE or (m, l) (one thread per row).
+template <class StoreOutput, class StorePartial>
+__device__ __forceinline__ void write_row_result(const VerifyParams& p, int64_t split, int64_t tok, int64_t head,
+                                                 float m, float l, bool writes_scalars, StoreOutput store_output,
+                                                 StorePartial store_partial) {
+  if (p.num_splits == 1) {
+    store_output(static_cast<__nv_bfloat16*>(p.o) + tok * p.o_stride_t + head * p.o_stride_h, l > 0.f ? 1.f / l : 0.f);
+    if (p.lse && writes_scalars)
+      p.lse[tok * p.lse_stride_t + head] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+  } else {
+    const int64_t flat = (split * p.total_tokens + tok) * p.heads + head;
+    if (m != -INFINITY) store_partial(p.ws_acc + flat * kValueDim);
+    if (writes_scalars) {
+      p.ws_ml[flat * 2] = m;
+      p.ws_ml[flat * 2 + 1] = l;
+    }
+  }
+}
+
+}  // namespace kdtree

@@ -1,0 +1,46 @@
+"""Kernel layer: the combine of split-KV partials holds the parity rule (and writes the LSE)
+with every warp-group size it uses: 1, 2, 4 or 8 warps per row chunk, chosen by the split
+count (up to 8, 16, 32, more). The split count is steered through the workspace budget
+(KDTREE_WORKSPACE_MB bounds splits x rows x 2056 bytes); each case checks that the plan
+landed in the intended range, so no group size goes untested unnoticed."""
+
+import pytest
+import torch
+
+from kdgate.kernel_run import run_case
+from kdgate.verify_inputs import VerifyCase, build_inputs
+
+pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
+
+# budget (MiB) -> split range for 64 rows (131,584 bytes per split): 1 warp per chunk up to 8
+# splits, 2 up to 16, 4 up to 32, 8 beyond (16 splits per warp: two batches of loads)
+BUDGETS = {1: (2, 8), 2: (9, 16), 4: (17, 32), 8: (33, 64), 16: (65, 128)}
+CASES = (
+    VerifyCase(ctx=(20000,), n=8, heads=8, seed=41),                    # 64 rows, trailing empty splits
+    VerifyCase(ctx=(20000,), n=4, heads=16, tree="chain", seed=42),     # 64 rows, chain
+)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("budget_mb", sorted(BUDGETS))
+def test_combine_holds_parity_with_every_group_size(candidate, cuda_device, case, budget_mb, monkeypatch,
+                                                    gate_notes):
+    if candidate.name != "kdtree":
+        pytest.skip(f"not run: the split combine belongs to the shipped kernel, not --kernel {candidate.name}")
+    from kdtree.verify_op import PATH_NAMES, plan
+
+    monkeypatch.setenv("KDTREE_WORKSPACE_MB", str(budget_mb))
+    splits, _, path = plan(len(case.ctx), case.heads, case.n, cuda_device)
+    path = PATH_NAMES[path]
+    low, high = BUDGETS[budget_mb]
+    if path == "portable" and splits < low:
+        pytest.skip(f"not run: the portable path plans at most 32 splits ({splits} here)")
+    assert low <= splits <= high, f"{budget_mb} MiB planned {splits} splits, expected {low}..{high}"
+    outcome = run_case(candidate, build_inputs(case, cuda_device), compare_baseline=False)
+    gate_notes.append(f"split combine, {splits} splits (plan {path}) {case.id}: {outcome.report.brief()}")
+    assert not outcome.problems(), f"{splits} splits on {case.id}:\n{outcome.report.summary()}"
+    lse, ref = outcome.lse.double(), outcome.reference_lse
+    finite = torch.isfinite(ref)
+    assert torch.equal(torch.isfinite(lse), finite), f"{splits} splits: LSE finite positions differ"
+    err = (lse[finite] - ref[finite]).abs().max().item()
+    assert err <= 1e-3 * max(1.0, ref[finite].abs().max().item()), f"{splits} splits: LSE off by {err}"
