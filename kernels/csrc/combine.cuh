@@ -50,7 +50,8 @@ __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t
   return t - at(lo) < p.n_max ? lo : -1;
 }
 
-__global__ void __launch_bounds__(kCombineWarps * 32)
+// 8 CTAs per SM (32 registers): a whole grid of up to 1,056 CTAs resident in one wave on the H200
+__global__ void __launch_bounds__(kCombineWarps * 32, 8)
 verify_combine_kernel(const VerifyParams p) {
   __shared__ float4 part[kCombineWarps][32];
   __shared__ float part_m[kCombineWarps], part_l[kCombineWarps];
@@ -88,13 +89,11 @@ verify_combine_kernel(const VerifyParams p) {
     const float* src = p.ws_acc + member * split_stride + flat * kValueDim + chunk * 128 + 4 * lane;
     const int64_t step = group_warps * split_stride;    // between this warp's splits
     for (int i0 = 0; i0 < kCombinePerWarp && (live >> i0); i0 += kCombineBatch, src += kCombineBatch * step) {
-      // a dead split rereads the first live one at or after i0 (weight 0), so every load of
-      // the batch is issued unconditionally, none waiting on a branch
-      const int first = __ffs(live >> i0) - 1;
       float4 v[kCombineBatch];
 #pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u)
-        v[u] = *reinterpret_cast<const float4*>(src + ((live >> (i0 + u)) & 1u ? u : first) * step);
+      for (int u = 0; u < kCombineBatch; ++u)  // a dead split's load is predicated off
+        v[u] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const float4*>(src + u * step)
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
       for (int u = 0; u < kCombineBatch; ++u) {
         const float w = __shfl_sync(0xffffffffu, w_lane, i0 + u);  // 0 for a dead split
