@@ -25,6 +25,8 @@ def lib(tmp_path_factory):
     library.kdtree_plan.restype = ctypes.c_int
     library.kdtree_path_smem.argtypes = [ctypes.c_int64]
     library.kdtree_path_smem.restype = ctypes.c_int64
+    library.kdtree_combine_shape.argtypes = [ctypes.c_int64] * 3 + [ctypes.POINTER(ctypes.c_int64)]
+    library.kdtree_combine_shape.restype = ctypes.c_int
     return library
 
 
@@ -93,3 +95,24 @@ def test_one_full_wave_beats_two_waves_of_half_the_work(lib, bs, heads, n):
     # faster with 16 on the H200)
     code, (_, splits, row_blocks) = plan(lib, bs, heads, n)
     assert code == 0 and bs * row_blocks == 8 and splits == 16
+
+
+def combine_shape(lib, rows, splits, sms=132):
+    out = (ctypes.c_int64 * 3)()
+    code = lib.kdtree_combine_shape(rows, splits, sms, out)
+    return code, tuple(out)
+
+
+def test_combine_takes_the_in_flight_build_only_when_its_grid_fits_one_wave_of_it(lib):
+    # (warps per row chunk, CTAs, CTAs per SM); 4 chunks of 128 columns per row, 8 warps per CTA
+    assert combine_shape(lib, 64, 128) == (0, (8, 256, 4))      # bs 1, 128 splits
+    assert combine_shape(lib, 256, 33) == (0, (8, 1024, 8))     # 33 splits: 1,024 CTAs > 4 x 132
+    assert combine_shape(lib, 256, 16) == (0, (2, 256, 4))
+    assert combine_shape(lib, 1056, 8) == (0, (1, 528, 4))      # exactly one wave of 4 per SM
+    assert combine_shape(lib, 1058, 8) == (0, (1, 529, 8))
+    assert combine_shape(lib, 1058, 8, sms=264)[1][2] == 4
+
+
+@pytest.mark.parametrize("rows,splits,sms", [(0, 4, 132), (64, 1, 132), (64, 129, 132), (64, 4, 0)])
+def test_combine_shape_refuses_bad_sizes(lib, rows, splits, sms):
+    assert combine_shape(lib, rows, splits, sms)[0] == 2

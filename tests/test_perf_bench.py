@@ -162,6 +162,9 @@ def test_table_and_picture_from_a_result(tmp_path):
     result = _result({"bs1-ctx4k-n8-h8-tree-p64": 0.4})
     text = table(result)
     assert "bs1-ctx4k-n8-h8-tree-p64" in text and "| 0.40 |" in text
+    assert "| 0.05 (-) | 4 |" in text  # a record from before the in-call share says so
+    result["cases"][0]["combine_in_call_share"] = 0.031
+    assert "| 0.05 (0.03) | 4 |" in table(result)
     png = plot_bench(result, tmp_path / "bench.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(result)

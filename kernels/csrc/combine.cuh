@@ -34,6 +34,10 @@ __host__ __device__ inline int64_t combine_ctas(int64_t rows, int64_t num_splits
   return ceil_div(rows * kCombineChunks, kCombineWarps / combine_group_warps(num_splits));
 }
 
+// CTAs per SM the combine is built for: 4 (every load of a batch in flight) when its grid of
+// `ctas` fits one wave of them on `num_sms` SMs, else 8 (the most CTAs per wave).
+inline int combine_ctas_per_sm(int64_t ctas, int64_t num_sms) { return ctas <= 4 * num_sms ? 4 : 8; }
+
 // The request that owns token t (binary search in qo_indptr), or -1 when t belongs to no
 // request or lies past its request's max_len_extend rows (never computed).
 __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t t) {
@@ -50,8 +54,11 @@ __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t
   return t - at(lo) < p.n_max ? lo : -1;
 }
 
-// 8 CTAs per SM (32 registers): a whole grid of up to 1,056 CTAs resident in one wave on the H200
-__global__ void __launch_bounds__(kCombineWarps * 32, 8)
+// Two register budgets of one kernel (combine_ctas_per_sm picks one): at 4 CTAs per SM (62
+// registers) a batch's 8 float4 loads are all in flight; at 8 CTAs per SM (32 registers)
+// ptxas issues them one at a time, but twice the CTAs fit in one wave.
+template <int kCtasPerSm>
+__global__ void __launch_bounds__(kCombineWarps * 32, kCtasPerSm)
 verify_combine_kernel(const VerifyParams p) {
   __shared__ float4 part[kCombineWarps][32];
   __shared__ float part_m[kCombineWarps], part_l[kCombineWarps];

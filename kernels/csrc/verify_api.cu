@@ -97,6 +97,18 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
   return 0;
 }
 
+// The combine's launch for `rows` query rows (T x H) and `num_splits` splits on `num_sms`
+// SMs: writes {warps per row chunk, CTAs, CTAs per SM it is built for} to `out`; returns 0,
+// or 2 on a bad argument.
+int kdtree_combine_shape(int64_t rows, int64_t num_splits, int64_t num_sms, int64_t* out) {
+  if (rows < 1 || num_splits < 2 || num_splits > kdtree::kMaxSplitsTiled || num_sms < 1) return 2;
+  const int64_t ctas = kdtree::combine_ctas(rows, num_splits);
+  out[0] = kdtree::combine_group_warps(num_splits);
+  out[1] = ctas;
+  out[2] = kdtree::combine_ctas_per_sm(ctas, num_sms);
+  return 0;
+}
+
 // Launch part of a call: 0 = all of it (main kernel, then the combine when KV is split),
 // 1 = the main kernel only, 2 = the combine only (benchmarks time the combine's share with
 // 1 and 2). Returns a cudaError_t value (0 on success).
@@ -138,8 +150,16 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
   if (e != cudaSuccess || p.num_splits == 1 || part == 1) return static_cast<int>(e);
   const int64_t rows = p.total_tokens * p.heads;
   if (rows > 0) {
-    const unsigned ctas = static_cast<unsigned>(kdtree::combine_ctas(rows, p.num_splits));
-    kdtree::verify_combine_kernel<<<ctas, kdtree::kCombineWarps * 32, 0, stream>>>(p);
+    const int64_t ctas = kdtree::combine_ctas(rows, p.num_splits);
+    int device = 0, sms = 0;
+    if ((e = cudaGetDevice(&device)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+      return static_cast<int>(e);
+    const dim3 grid(static_cast<unsigned>(ctas)), block(kdtree::kCombineWarps * 32);
+    if (kdtree::combine_ctas_per_sm(ctas, sms) == 4)
+      kdtree::verify_combine_kernel<4><<<grid, block, 0, stream>>>(p);
+    else
+      kdtree::verify_combine_kernel<8><<<grid, block, 0, stream>>>(p);
   }
   return static_cast<int>(cudaGetLastError());
 }

@@ -63,6 +63,8 @@ def _library(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib.kdtree_verify_launch_part.restype = ctypes.c_int
     lib.kdtree_plan.argtypes = [ctypes.c_int64] * 8 + [ctypes.POINTER(ctypes.c_int64)]
     lib.kdtree_plan.restype = ctypes.c_int
+    lib.kdtree_combine_shape.argtypes = [ctypes.c_int64] * 3 + [ctypes.POINTER(ctypes.c_int64)]
+    lib.kdtree_combine_shape.restype = ctypes.c_int
     lib.kdtree_path_smem.argtypes = [ctypes.c_int64]
     lib.kdtree_path_smem.restype = ctypes.c_int64
     lib.kdtree_error_string.argtypes = [ctypes.c_int]
@@ -248,6 +250,18 @@ def requested_path() -> str:
     if value not in PATHS:
         raise ValueError(f"KDTREE_KERNEL_PATH must be one of {sorted(PATHS)}, got {value!r}")
     return value
+
+
+def combine_shape(rows: int, num_splits: int, device: torch.device, lib=None) -> tuple[int, int, int]:
+    """(warps per row chunk, CTAs, CTAs per SM it is built for) of the combine that merges
+    ``num_splits`` splits of ``rows`` query rows (tokens x heads) on ``device``."""
+    lib = lib or _library()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    out = (ctypes.c_int64 * 3)()
+    if lib.kdtree_combine_shape(rows, num_splits, _device_limits(index)[0], out) != 0:
+        raise ValueError(f"combine_shape: rows must be >= 1 and num_splits in [2, 128], got rows={rows}, "
+                         f"num_splits={num_splits}")
+    return out[0], out[1], out[2]
 
 
 def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tuple[int, int, int]:

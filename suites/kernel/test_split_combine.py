@@ -2,7 +2,9 @@
 with every warp-group size it uses: 1, 2, 4 or 8 warps per row chunk, chosen by the split
 count (up to 8, 16, 32, more). The split count is steered through the workspace budget
 (KDTREE_WORKSPACE_MB bounds splits x rows x 2056 bytes); each case checks that the plan
-landed in the intended range, so no group size goes untested unnoticed."""
+landed in the intended range, so no group size goes untested unnoticed. The combine is built
+for 4 CTAs per SM (every load of a batch in flight) or 8 (more CTAs per wave), picked by its
+grid size; both builds are held to the rule too."""
 
 import pytest
 import torch
@@ -44,3 +46,26 @@ def test_combine_holds_parity_with_every_group_size(candidate, cuda_device, case
     assert torch.equal(torch.isfinite(lse), finite), f"{splits} splits: LSE finite positions differ"
     err = (lse[finite] - ref[finite]).abs().max().item()
     assert err <= 1e-3 * max(1.0, ref[finite].abs().max().item()), f"{splits} splits: LSE off by {err}"
+
+
+# (case, CTAs per SM of the combine build it must take on the H200's 132 SMs)
+BUILD_CASES = (
+    (VerifyCase(ctx=(20000,), n=8, heads=8, seed=43), 4),                                # 64 rows
+    (VerifyCase(ctx=tuple(range(1500, 1500 + 16 * 97, 97)), n=16, heads=8, seed=44), 8),  # 2,048 rows
+)
+
+
+@pytest.mark.parametrize("case,per_sm", BUILD_CASES, ids=[f"{c.id}-{k}-per-sm" for c, k in BUILD_CASES])
+def test_combine_holds_parity_in_both_register_builds(candidate, cuda_device, case, per_sm, gate_notes):
+    if candidate.name != "kdtree":
+        pytest.skip(f"not run: the split combine belongs to the shipped kernel, not --kernel {candidate.name}")
+    from kdtree.verify_op import combine_shape, plan
+
+    splits, _, _ = plan(len(case.ctx), case.heads, case.n, cuda_device)
+    assert splits >= 2, f"{case.id}: planned {splits} split, the combine would not run"
+    warps, ctas, built = combine_shape(len(case.ctx) * case.n * case.heads, splits, cuda_device)
+    assert built == per_sm, f"{case.id}: {ctas} combine CTAs took the {built}-per-SM build, expected {per_sm}"
+    outcome = run_case(candidate, build_inputs(case, cuda_device), compare_baseline=False)
+    gate_notes.append(f"combine build {built} per SM ({ctas} CTAs, {warps} warps per chunk, {splits} splits) "
+                      f"{case.id}: {outcome.report.brief()}")
+    assert not outcome.problems(), f"{case.id}:\n{outcome.report.summary()}"

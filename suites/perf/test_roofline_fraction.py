@@ -49,7 +49,8 @@ def test_fraction_of_roofline_holds_against_baseline(perf_run, baseline, pytestc
                           "n": case["n"], "heads": case["heads"], "shape": case["shape"],
                           "mixed": case["mixed"], "kernel_us": case["kernel"]["median_us"],
                           "roofline_fraction": case["figures"]["roofline_fraction"],
-                          "speedup": case["speedup_extend"], "combine_share": case["combine_share"]})
+                          "speedup": case["speedup_extend"], "combine_share": case["combine_share"],
+                          "combine_in_call_share": case["combine_in_call_share"]})
     gate_notes.append(verdict.describe())
     assert verdict.ok, verdict.describe()
 

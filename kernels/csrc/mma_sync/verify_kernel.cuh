@@ -53,9 +53,8 @@ verify_mma_kernel(const VerifyParams p) {
   // -- this CTA's work (request extent clamped: no read ever leaves its tensor)
   CtaWork work;
   if (!cta_work(p, kBlockM, 0, kBlockN, &work)) return;
-  const RequestExtent& ext = work.ext;
-  const int64_t qo_start = ext.qo_start, prefix = ext.prefix, rows = work.rows, row0 = work.row0;
-  const int64_t length = work.length, j_begin = work.j_begin, j_end = work.j_end, mask_base = work.mask_base;
+  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base] = work;
+  const int64_t qo_start = ext.qo_start, prefix = ext.prefix;
 
   // -- rows of this thread: A = row0 + 16*(warp/2) + g, B = A + 8
   const int rg = warp / 2, ch = warp % 2;

@@ -91,9 +91,8 @@ verify_tiled_kernel(const VerifyParams p) {
 
   CtaWork work;
   if (!cta_work(p, BM, kMinChunkTiled, kBlockN, &work)) return;
-  const RequestExtent& ext = work.ext;
-  const int64_t prefix = ext.prefix, qo_start = ext.qo_start, rows = work.rows, row0 = work.row0;
-  const int64_t length = work.length, j_begin = work.j_begin, j_end = work.j_end, mask_base = work.mask_base;
+  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base] = work;
+  const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
   const int lr_a = rg * 16 + g, lr_b = lr_a + 8;  // this thread's two rows, local
   const int64_t row_a = row0 + lr_a, row_b = row0 + lr_b;

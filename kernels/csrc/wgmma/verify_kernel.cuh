@@ -113,9 +113,8 @@ verify_wgmma_kernel(const VerifyParams p) {
   const int64_t split = blockIdx.z, H = p.heads;
   CtaWork work;
   if (!cta_work(p, S::kRows, kMinChunkWgmma, kTile, &work)) return;
-  const RequestExtent& ext = work.ext;
-  const int64_t prefix = ext.prefix, qo_start = ext.qo_start, rows = work.rows, row0 = work.row0;
-  const int64_t length = work.length, j_begin = work.j_begin, j_end = work.j_end, mask_base = work.mask_base;
+  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base] = work;
+  const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
   // this thread's accumulator columns are rows row_here + 8*jj + e of the request (bit
   // 4*jj + e and 4*jj + 2 + e of the masks below)

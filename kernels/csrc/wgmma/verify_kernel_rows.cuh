@@ -95,9 +95,8 @@ verify_rows_kernel(const VerifyParams p) {
   const int64_t split = blockIdx.z, H = p.heads;
   CtaWork work;
   if (!cta_work(p, kRows, kMinChunkWgmma, kTile, &work)) return;
-  const RequestExtent& ext = work.ext;
-  const int64_t prefix = ext.prefix, qo_start = ext.qo_start, rows = work.rows, row0 = work.row0;
-  const int64_t length = work.length, j_begin = work.j_begin, j_end = work.j_end, mask_base = work.mask_base;
+  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base] = work;
+  const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
   // this thread's rows: row_lo = row0 + 16 warp + g (s[4k], s[4k + 1]) and row_lo + 8
   // (s[4k + 2], s[4k + 3]); their draft tokens (-1: padding)
