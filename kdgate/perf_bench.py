@@ -2,22 +2,23 @@
 
 In one process on one GPU: measures the copy-bandwidth and matmul ceilings, then for
 every case of the chosen matrix times the kdtree kernel (whole call, its main kernel
-alone and its combine alone), SGLang's ``extend_attention_fwd`` (every case) and ``verify_shared_kv_fwd``
-(chains) on identical inputs, and checks the kernel's output against Triton's on the
-same inputs (a benchmark of a wrong kernel is worthless). Writes ``bench.json`` (schema
-below), ``bench.md`` (the table) and ``bench.png`` (time and fraction of roofline vs
-context) into ``--out``, and prints the table last. ``--paths tiled,wgmma`` also times
-each named kernel path (``KDTREE_KERNEL_PATH``) on the same inputs in the same run and
-checks its output against the default path's. ``--baseline FILE`` compares each
-case's fraction of roofline with a committed baseline (exit 1 on a drop > tolerance,
-2 when it cannot be compared: another GPU model, or not a benchmark result).
+alone and its combine alone), SGLang's ``extend_attention_fwd`` (every case) and
+``verify_shared_kv_fwd`` (chains) on identical inputs, and checks the kernel's output
+against Triton's on the same inputs (a benchmark of a wrong kernel is worthless). Writes
+``bench.json`` (schema below), ``bench.md`` (the table) and ``bench.png`` (time and
+fraction of roofline vs context) into ``--out``, and prints the table last. ``--paths
+tiled,wgmma`` also times each named kernel path (``KDTREE_KERNEL_PATH``) on the same
+inputs in the same run and checks its output against the default path's. ``--baseline
+FILE`` compares each case's fraction of roofline with a committed baseline (exit 1 on a
+drop > tolerance, 2 when it cannot be compared: another GPU model, or not a benchmark
+result).
 
 ``bench.json``: {"schema": 1, "matrix", "environment", "ceilings": {copy_gbps,
 matmul_tflops}, "cases": [{id, case fields, lengths, splits, kernel {median_us, ...},
-main_us, combine_us, combine_share, combine_in_call_share, figures {gbps, tflops, roofline_fraction, ...},
-extend_us, verify_shared_us, speedup_extend, speedup_verify_shared, max_abs_diff, path,
-rel_l2_vs_triton, paths: {NAME: {median_us, path, speedup, roofline_fraction,
-max_abs_diff} or {error}}}], "layer_loop": {...}}.
+main_us, combine_us, combine_share, combine_in_call_share, figures {gbps, tflops,
+roofline_fraction, ...}, extend_us, verify_shared_us, speedup_extend,
+speedup_verify_shared, max_abs_diff, path, rel_l2_vs_triton, paths: {NAME: {median_us,
+path, speedup, roofline_fraction, max_abs_diff} or {error}}}], "layer_loop": {...}}.
 """
 
 from __future__ import annotations
