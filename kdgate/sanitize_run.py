@@ -1,7 +1,9 @@
 """A reduced kernel matrix for compute-sanitizer (memcheck, racecheck): every code path
 (split and unsplit, every combine group size, ctx 0, mixed batches, chain without mask,
 LSE, padded requests, debug checks) once, each checked by the parity rule.
-Exit status 0 only if all pass.
+Exit status 0 only if all pass. Every split case here takes the combine's 4-CTAs-per-SM
+build; its 8-per-SM build (the same source, other registers) needs a grid past one wave of
+4 per SM and is held to the parity rule by suites/kernel/test_split_combine.py instead.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python -m kdgate.sanitize_run
     compute-sanitizer --tool racecheck --error-exitcode 1 python -m kdgate.sanitize_run --quick

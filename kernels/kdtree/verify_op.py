@@ -259,8 +259,8 @@ def combine_shape(rows: int, num_splits: int, device: torch.device, lib=None) ->
     index = device.index if device.index is not None else torch.cuda.current_device()
     out = (ctypes.c_int64 * 3)()
     if lib.kdtree_combine_shape(rows, num_splits, _device_limits(index)[0], out) != 0:
-        raise ValueError(f"combine_shape: rows must be >= 1 and num_splits in [2, 128], got rows={rows}, "
-                         f"num_splits={num_splits}")
+        raise ValueError(f"combine_shape: rows must be >= 1 and num_splits at least 2 and at most the "
+                         f"plans' maximum, got rows={rows}, num_splits={num_splits}")
     return out[0], out[1], out[2]
 
 
