@@ -1,9 +1,12 @@
 """GPU timing: one call replayed from a CUDA graph between L2 flushes, CUDA events, median.
 
 A call is captured once into a CUDA graph (all of its kernels: main and combine), so
-host launch cost never shows; before every timed replay a 512 MiB buffer is written so
-no input is served from the 50 MB L2. Also measures the device's two ceilings in the
-same process: device-to-device copy bandwidth and a large bf16 matmul's rate.
+host launch cost never shows; before every timed replay a 512 MiB buffer is read so no
+input is served from the 50 MB L2. A read leaves only clean lines there; a write (the
+flush before session 11) left up to 50 MB of dirty lines that the timed call then wrote
+back, which added 3-8 us to the bs-1 calls of 16k-128k positions on the H200. Also
+measures the device's two ceilings in the same process: device-to-device copy bandwidth
+and a large bf16 matmul's rate.
 """
 
 from __future__ import annotations
@@ -35,11 +38,15 @@ class Timing:
 
 
 class L2Flush:
+    """Evicts every earlier line from L2 by reading ``FLUSH_BYTES`` (a sum into one
+    preallocated scalar: no allocation, nothing dirty left behind)."""
+
     def __init__(self, device):
-        self.buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+        self.buffer = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+        self.total = torch.zeros((), dtype=torch.int64, device=device)
 
     def __call__(self):
-        self.buffer.fill_(0x5A5A5A5A)
+        torch.sum(self.buffer, 0, dtype=torch.int64, out=self.total)
 
 
 def capture(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAGraph:

@@ -1,6 +1,6 @@
 """A reduced kernel matrix for compute-sanitizer (memcheck, racecheck): every code path
-(split and unsplit, every combine group size, ctx 0, mixed batches, chain without mask,
-LSE, padded requests, debug checks) once, each checked by the parity rule.
+(split and unsplit, every combine group size and batch count, ctx 0, mixed batches, chain
+without mask, LSE, padded requests, debug checks) once, each checked by the parity rule.
 Exit status 0 only if all pass. Every split case here takes the combine's 4-CTAs-per-SM
 build; its 8-per-SM build (the same source, other registers) needs a grid past one wave of
 4 per SM and is held to the parity rule by suites/kernel/test_split_combine.py instead.
@@ -30,6 +30,8 @@ CASES = (
     VerifyCase(ctx=(3000,), n=33, heads=128, tree="topk", seed=94),
     VerifyCase(ctx=(700,), n=2, heads=8, seed=95),            # 16 rows: the wgmma path's 16-row blocks
     VerifyCase(ctx=(3000,), n=64, heads=8, seed=96),          # 8 row blocks: 16 splits, 2 combine warps per chunk
+    VerifyCase(ctx=(16800,), n=8, heads=8, seed=97),          # one split per SM (132 on the H200), each with KV
+                                                              # positions: the combine's third batch of loads
 )
 
 

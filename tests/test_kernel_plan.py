@@ -68,11 +68,22 @@ def test_wgmma_path_only_on_compute_capability_9_0(lib):
 @pytest.mark.parametrize("bs, heads, n", [(1, 8, 4), (1, 8, 16), (1, 16, 64), (4, 8, 16), (32, 8, 16), (128, 16, 4)])
 def test_splits_fill_the_sms_in_whole_waves(lib, bs, heads, n, request_path):
     code, (path, splits, row_blocks) = plan(lib, bs, heads, n, request=request_path)
-    assert code == 0 and 1 <= splits <= 128
+    assert code == 0 and 1 <= splits <= 192
     assert row_blocks == -(-n * heads // {2: 64, 5: 64, 3: 16}.get(path, 32))
     ctas = bs * row_blocks * splits
     waves = -(-ctas // 132)
     assert ctas / (132 * waves) >= 0.95, f"{ctas} CTAs use {ctas / (132 * waves):.0%} of {waves} wave(s)"
+
+
+
+@pytest.mark.parametrize("request_path", ["auto", "tiled", "wgmma"])
+@pytest.mark.parametrize("sms", [132, 148, 78])
+def test_one_row_block_takes_one_split_per_sm(lib, request_path, sms):
+    # bs 1, 32 or 64 rows: one CTA per SM in one wave; 128 splits on 132 SMs left 4 idle and,
+    # at ctx 16k + N (257 tiles of 64), gave one split 3 tiles where 132 splits give each <= 2
+    for heads, n in ((8, 4), (8, 8), (16, 4)):
+        code, (_, splits, row_blocks) = plan(lib, 1, heads, n, sms=sms, request=request_path)
+        assert code == 0 and row_blocks == 1 and splits == sms
 
 
 def test_workspace_budget_bounds_the_splits(lib):
@@ -105,7 +116,8 @@ def combine_shape(lib, rows, splits, sms=132):
 
 def test_combine_takes_the_in_flight_build_only_when_its_grid_fits_one_wave_of_it(lib):
     # (warps per row chunk, CTAs, CTAs per SM); 4 chunks of 128 columns per row, 8 warps per CTA
-    assert combine_shape(lib, 64, 128) == (0, (8, 256, 4))      # bs 1, 128 splits
+    assert combine_shape(lib, 64, 132) == (0, (8, 256, 4))      # bs 1, one split per SM
+    assert combine_shape(lib, 64, 192) == (0, (8, 256, 4))      # the most splits (24 per warp)
     assert combine_shape(lib, 256, 33) == (0, (8, 1024, 8))     # 33 splits: 1,024 CTAs > 4 x 132
     assert combine_shape(lib, 256, 16) == (0, (2, 256, 4))
     assert combine_shape(lib, 1056, 8) == (0, (1, 528, 4))      # exactly one wave of 4 per SM
@@ -113,6 +125,6 @@ def test_combine_takes_the_in_flight_build_only_when_its_grid_fits_one_wave_of_i
     assert combine_shape(lib, 1058, 8, sms=264)[1][2] == 4
 
 
-@pytest.mark.parametrize("rows,splits,sms", [(0, 4, 132), (64, 1, 132), (64, 129, 132), (64, 4, 0)])
+@pytest.mark.parametrize("rows,splits,sms", [(0, 4, 132), (64, 1, 132), (64, 193, 132), (64, 4, 0)])
 def test_combine_shape_refuses_bad_sizes(lib, rows, splits, sms):
     assert combine_shape(lib, rows, splits, sms)[0] == 2

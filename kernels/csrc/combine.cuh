@@ -1,6 +1,6 @@
 // Deterministic combine of the per-split partial states. A unit of work is one query row's
 // 128-column chunk; a group of 1, 2, 4 or 8 warps merges it (warp m of the group: splits m,
-// m + G, ..., at most 16, in batches of 8 loads), each warp against its own maximum, then
+// m + G, ..., at most 24, in batches of 8 loads), each warp against its own maximum, then
 // the group's first warp rescales and adds the warps' sums in warp order and rounds to bf16
 // once. A CTA of 8 warps holds 8 / G units, so few splits use one warp per unit and many
 // splits up to 8. Splits that saw nothing (m = -inf) weigh 0 and their partial output, never
@@ -16,13 +16,13 @@ namespace kdtree {
 
 constexpr int kCombineWarps = 8;
 constexpr int kCombineChunks = 4;  // 512 columns = 4 chunks x 32 lanes x float4
-constexpr int kCombinePerWarp = 16;  // splits one warp merges at most
+constexpr int kCombinePerWarp = 24;  // splits one warp merges at most (three batches)
 constexpr int kCombineBatch = 8;     // loads per lane issued together
 static_assert(kMaxSplitsTiled <= kCombineWarps * kCombinePerWarp && kMaxSplits <= kCombineWarps * kCombinePerWarp,
-              "8 warps of 16 splits cover every split count the plans choose");
+              "8 warps of 24 splits cover every split count the plans choose");
 
 // Warps per unit for `num_splits` splits: the fewest of 1, 2, 4, 8 that leave each warp at
-// most 8 splits, else 8 (at most 16 each).
+// most 8 splits, else 8 (at most 24 each).
 __host__ __device__ inline int combine_group_warps(int64_t num_splits) {
   int g = 1;
   while (g < kCombineWarps && num_splits > 8 * g) g *= 2;
@@ -72,7 +72,7 @@ verify_combine_kernel(const VerifyParams p) {
   // the same for every warp of a group: a unit past the rows, or a row no request owns
   const bool active = flat < stride && owning_request(p, flat / p.heads) >= 0;
 
-  // lane i < 16: this warp's i-th split (member + G i), its weight against the warp's maximum
+  // lane i < 24: this warp's i-th split (member + G i), its weight against the warp's maximum
   float m_warp = -INFINITY, l_warp = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (active) {

@@ -10,7 +10,8 @@ namespace kdtree {
 constexpr int kBlockM = 32;   // portable path: query rows (draft token x head) per CTA
 constexpr int kBlockN = 32;   // KV positions per tile (both paths)
 constexpr int kMaxSplits = 32;        // portable path
-constexpr int kMaxSplitsTiled = 128;  // tiled path
+constexpr int kMaxSplitsTiled = 192;  // tiled and wgmma paths: room for one split per SM of any
+                                      // current part (132 on the H200)
 constexpr int kMinChunkTiled = 128;   // tiled path: fewest KV positions a split is given
 constexpr int kMinChunkWgmma = 128;   // wgmma path: fewest KV positions a split is given
 

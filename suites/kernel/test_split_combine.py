@@ -15,7 +15,8 @@ from kdgate.verify_inputs import VerifyCase, build_inputs
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
 # budget (MiB) -> split range for 64 rows (131,584 bytes per split): 1 warp per chunk up to 8
-# splits, 2 up to 16, 4 up to 32, 8 beyond (16 splits per warp: two batches of loads)
+# splits, 2 up to 16, 4 up to 32, 8 beyond (at most 24 splits per warp in batches of 8 loads:
+# two batches up to 128 splits; the third is test_combine_third_batch_holds_parity's)
 BUDGETS = {1: (2, 8), 2: (9, 16), 4: (17, 32), 8: (33, 64), 16: (65, 128)}
 CASES = (
     VerifyCase(ctx=(20000,), n=8, heads=8, seed=41),                    # 64 rows, trailing empty splits
@@ -69,3 +70,22 @@ def test_combine_holds_parity_in_both_register_builds(candidate, cuda_device, ca
     gate_notes.append(f"combine build {built} per SM ({ctas} CTAs, {warps} warps per chunk, {splits} splits) "
                       f"{case.id}: {outcome.report.brief()}")
     assert not outcome.problems(), f"{case.id}:\n{outcome.report.summary()}"
+
+
+@pytest.mark.parametrize("heads,n,tree", [(8, 8, "random"), (16, 4, "chain")])
+def test_combine_third_batch_holds_parity(candidate, cuda_device, heads, n, tree, gate_notes):
+    """bs 1 plans one split per SM (132 on the H200); a context of 128 x splits - 24 positions
+    gives every split 128 positions but the last (104), so each warp of the combine merges up
+    to 17 live splits: its third batch of loads."""
+    if candidate.name != "kdtree":
+        pytest.skip(f"not run: the split combine belongs to the shipped kernel, not --kernel {candidate.name}")
+    from kdtree.verify_op import PATH_NAMES, plan
+
+    splits, _, path = plan(1, heads, n, cuda_device)
+    if splits <= 128:
+        pytest.skip(f"not run: this GPU's plan gives bs 1 {splits} splits; the third batch needs more than 128")
+    case = VerifyCase(ctx=(128 * splits - 24 - n,), n=n, heads=heads, tree=tree, seed=45)
+    outcome = run_case(candidate, build_inputs(case, cuda_device), compare_baseline=False)
+    gate_notes.append(f"combine third batch, {splits} splits with KV positions (plan {PATH_NAMES[path]}) {case.id}: "
+                      f"{outcome.report.brief()}")
+    assert not outcome.problems(), f"{splits} splits on {case.id}:\n{outcome.report.summary()}"
