@@ -75,7 +75,6 @@ def test_splits_fill_the_sms_in_whole_waves(lib, bs, heads, n, request_path):
     assert ctas / (132 * waves) >= 0.95, f"{ctas} CTAs use {ctas / (132 * waves):.0%} of {waves} wave(s)"
 
 
-
 @pytest.mark.parametrize("request_path", ["auto", "tiled", "wgmma"])
 @pytest.mark.parametrize("sms", [132, 148, 78])
 def test_one_row_block_takes_one_split_per_sm(lib, request_path, sms):
