@@ -4,8 +4,8 @@ A call is captured once into a CUDA graph (all of its kernels: main and combine)
 host launch cost never shows; before every timed replay a 512 MiB buffer is read so no
 input is served from the 50 MB L2. A read leaves only clean lines there; a write (the
 flush of the baselines before build c91e610883f8) left up to 50 MB of dirty lines that
-the timed call then wrote back, which added 3-8 us to the bs-1 calls of 16k-128k
-positions on the H200. Also measures the device's two ceilings in the same process:
+the timed call then wrote back (on the H200: 2.7-7.8 us more on the bs-1 N1 chains of
+16k-128k positions, measured side by side). Also measures the device's two ceilings in the same process:
 device-to-device copy bandwidth and a large bf16 matmul's rate.
 """
 
