@@ -5,8 +5,8 @@ host launch cost never shows; before every timed replay a 512 MiB buffer is read
 input is served from the 50 MB L2. A read leaves only clean lines there; a write (the
 flush of the baselines before build c91e610883f8) left up to 50 MB of dirty lines that
 the timed call then wrote back (on the H200: 2.7-7.8 us more on the bs-1 N1 chains of
-16k-128k positions, measured side by side). Also measures the device's two ceilings in the same process:
-device-to-device copy bandwidth and a large bf16 matmul's rate.
+16k-128k positions, measured side by side). Also measures the device's two ceilings in
+the same process: device-to-device copy bandwidth and a large bf16 matmul's rate.
 """
 
 from __future__ import annotations
