@@ -121,3 +121,15 @@ def measure_ceilings(device="cuda") -> Ceilings:
     del x, y
     torch.cuda.empty_cache()
     return Ceilings(copy_gbps=copy_gbps, matmul_tflops=tflops)
+
+
+def launch_floor(flush: L2Flush, reps: int = 30, device="cuda") -> dict:
+    """What this timing charges a call that does no work: medians (µs) of a call of one and
+    of two one-element kernels, timed like a call (graph replay after ``flush``), and the
+    per-call time of a 61-call loop of two such kernels (timed like the layer loop). Part of
+    every measured call time; no kernel design removes it."""
+    x = torch.zeros(1, device=device)
+    one = time_call(lambda: x.add_(1), reps=reps, flush=flush).median_us
+    two = time_call(lambda: (x.add_(1), x.add_(1)), reps=reps, flush=flush).median_us
+    loop = time_sequence([lambda: (x.add_(1), x.add_(1))] * 61, reps=reps)
+    return {"one_kernel_us": one, "two_kernels_us": two, "loop_two_kernels_us": loop}

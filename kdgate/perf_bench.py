@@ -18,7 +18,8 @@ matmul_tflops}, "cases": [{id, case fields, lengths, splits, kernel {median_us, 
 main_us, combine_us, combine_share, combine_in_call_share, figures {gbps, tflops,
 roofline_fraction, ...}, extend_us, verify_shared_us, speedup_extend,
 speedup_verify_shared, max_abs_diff, path, rel_l2_vs_triton, paths: {NAME: {median_us,
-path, speedup, roofline_fraction, max_abs_diff} or {error}}}], "layer_loop": {...}}.
+path, speedup, roofline_fraction, max_abs_diff} or {error}}}], "launch_floor": {one_kernel_us,
+two_kernels_us, loop_two_kernels_us} (gpu_timing.launch_floor), "layer_loop": {...}}.
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
         paths: tuple[str, ...] = ()) -> dict:
     import torch
 
-    from kdgate.gpu_timing import L2Flush, measure_ceilings
+    from kdgate.gpu_timing import L2Flush, launch_floor, measure_ceilings
 
     if not torch.cuda.is_available():
         raise RuntimeError("not run: no CUDA GPU on this host (torch.cuda.is_available() is False)")
@@ -203,6 +204,10 @@ def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
     ceilings = measure_ceilings()
     progress(f"ceilings: copy {ceilings.copy_gbps:.0f} GB/s, bf16 matmul {ceilings.matmul_tflops:.0f} TFLOP/s")
     flush = L2Flush("cuda")
+    floor = launch_floor(flush)
+    progress(f"launch floor: one 1-element kernel {floor['one_kernel_us']:.1f} us, two "
+             f"{floor['two_kernels_us']:.1f} us per call; "
+             f"{floor['loop_two_kernels_us']:.2f} us per call in a 61-call loop")
     records = []
     for i, case in enumerate(cases, 1):
         started = time.perf_counter()
@@ -217,7 +222,7 @@ def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
         loop = layer_loop(PerfCase(1, 1024, 8, 8, "tree"))
         progress(f"layer loop {loop['id']}: {loop['per_call_us']:.2f} us per call in a CUDA graph")
     return {"schema": SCHEMA, "environment": env, "ceilings": ceilings.as_dict(),
-            "cases": records, "layer_loop": loop}
+            "cases": records, "launch_floor": floor, "layer_loop": loop}
 
 
 def _fmt(value, spec):
@@ -263,6 +268,11 @@ def table(result: dict) -> str:
                     cells += [f"{got['median_us']:.1f} ({got['path']})", f"{got['speedup']:.2f}",
                               f"{got['roofline_fraction']:.2f}", f"{got['max_abs_diff']:.1e}"]
             lines.append(f"| {r['id']} | " + " | ".join(cells) + " |")
+    floor = result.get("launch_floor")
+    if floor:
+        lines += ["", "Launch floor, timed like a call: one 1-element kernel "
+                      f"{floor['one_kernel_us']:.1f} µs, two {floor['two_kernels_us']:.1f} µs; two per call in a 61-call loop "
+                      f"{floor['loop_two_kernels_us']:.2f} µs per call."]
     loop = result.get("layer_loop")
     if loop:
         lines += ["", f"Layer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}): "

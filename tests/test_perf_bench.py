@@ -165,6 +165,11 @@ def test_table_and_picture_from_a_result(tmp_path):
     assert "| 0.05 (-) | 4 |" in text  # a record from before the in-call share says so
     result["cases"][0]["combine_in_call_share"] = 0.031
     assert "| 0.05 (0.03) | 4 |" in table(result)
+    assert "Launch floor" not in table(result)
+    result["launch_floor"] = {"one_kernel_us": 3.6, "two_kernels_us": 5.1, "loop_two_kernels_us": 2.32}
+    text = table(result)
+    assert ("one 1-element kernel 3.6 µs, two 5.1 µs; two per call in a 61-call loop 2.32 µs "
+            "per call") in text
     png = plot_bench(result, tmp_path / "bench.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(result)

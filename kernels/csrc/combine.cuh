@@ -54,7 +54,7 @@ __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t
   return t - at(lo) < p.n_max ? lo : -1;
 }
 
-// Two register budgets of one kernel (combine_ctas_per_sm picks one): at 4 CTAs per SM (62
+// Two register budgets of one kernel (combine_ctas_per_sm picks one): at 4 CTAs per SM (63
 // registers) a batch's 8 float4 loads are all in flight; at 8 CTAs per SM (32 registers)
 // ptxas issues them one at a time, but twice the CTAs fit in one wave.
 template <int kCtasPerSm>
@@ -69,20 +69,22 @@ verify_combine_kernel(const VerifyParams p) {
   const int64_t stride = p.total_tokens * p.heads;
   const int64_t flat = unit / kCombineChunks;  // t * H + h
   const int chunk = static_cast<int>(unit % kCombineChunks);
+  // lane i < 24: this warp's i-th split (member + G i); its (m, l) loaded before the owner
+  // lookup (in flight together), used only for an active row
+  const int64_t my_split = member + static_cast<int64_t>(group_warps) * lane;
+  float ms = -INFINITY, ls = 0.f;
+  if (flat < stride && lane < kCombinePerWarp && my_split < p.num_splits) {
+    const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (my_split * stride + flat) * 2);
+    ms = ml.x;
+    ls = ml.y;
+  }
   // the same for every warp of a group: a unit past the rows, or a row no request owns
   const bool active = flat < stride && owning_request(p, flat / p.heads) >= 0;
 
-  // lane i < 24: this warp's i-th split (member + G i), its weight against the warp's maximum
+  // this warp's splits' weights against the warp's maximum
   float m_warp = -INFINITY, l_warp = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (active) {
-    const int64_t my_split = member + static_cast<int64_t>(group_warps) * lane;
-    float ms = -INFINITY, ls = 0.f;
-    if (lane < kCombinePerWarp && my_split < p.num_splits) {
-      const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (my_split * stride + flat) * 2);
-      ms = ml.x;
-      ls = ml.y;
-    }
     m_warp = ms;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) m_warp = fmaxf(m_warp, __shfl_xor_sync(0xffffffffu, m_warp, off));
