@@ -18,8 +18,9 @@ matmul_tflops}, "cases": [{id, case fields, lengths, splits, kernel {median_us, 
 main_us, combine_us, combine_share, combine_in_call_share, figures {gbps, tflops,
 roofline_fraction, ...}, extend_us, verify_shared_us, speedup_extend,
 speedup_verify_shared, max_abs_diff, path, rel_l2_vs_triton, paths: {NAME: {median_us,
-path, speedup, roofline_fraction, max_abs_diff} or {error}}}], "launch_floor": {one_kernel_us,
-two_kernels_us, loop_two_kernels_us} (gpu_timing.launch_floor), "layer_loop": {...}}.
+path, speedup, roofline_fraction, max_abs_diff} or {error}}}], "launch_floor":
+{one_kernel_us, two_kernels_us, loop_two_kernels_us} (gpu_timing.launch_floor),
+"layer_loop": {...}}.
 """
 
 from __future__ import annotations
@@ -271,8 +272,8 @@ def table(result: dict) -> str:
     floor = result.get("launch_floor")
     if floor:
         lines += ["", "Launch floor, timed like a call: one 1-element kernel "
-                      f"{floor['one_kernel_us']:.1f} µs, two {floor['two_kernels_us']:.1f} µs; two per call in a 61-call loop "
-                      f"{floor['loop_two_kernels_us']:.2f} µs per call."]
+                      f"{floor['one_kernel_us']:.1f} µs, two {floor['two_kernels_us']:.1f} µs; "
+                      f"two per call in a 61-call loop {floor['loop_two_kernels_us']:.2f} µs per call."]
     loop = result.get("layer_loop")
     if loop:
         lines += ["", f"Layer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}): "
