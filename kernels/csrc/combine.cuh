@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "common/grid_dependency.cuh"
 #include "split_plan.h"
 #include "verify_params.h"
 
@@ -60,6 +61,8 @@ __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t
 template <int kCtasPerSm>
 __global__ void __launch_bounds__(kCombineWarps * 32, kCtasPerSm)
 verify_combine_kernel(const VerifyParams p) {
+  wait_for_prior_grids();  // before any global access (the main kernel's partials)
+  allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
   __shared__ float4 part[kCombineWarps][32];
   __shared__ float part_m[kCombineWarps], part_l[kCombineWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

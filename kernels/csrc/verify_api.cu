@@ -1,7 +1,10 @@
 // The C ABI the Python side loads with ctypes: plan (kernel path and splits from static
 // sizes), launch (main kernel, then the combine when KV is split), all on the caller's
 // stream. No allocation, no host read of per-step data, grid from static sizes only:
-// safe to capture in a CUDA graph.
+// safe to capture in a CUDA graph. Both kernels are launched as programmatic dependents
+// (common/grid_dependency.cuh): each may be launched while the kernel before it in the
+// stream runs, and waits for it before touching memory (build with
+// -DKDTREE_SERIAL_LAUNCH for ordinary launches, to measure what that saves).
 #include <cuda_runtime.h>
 
 #include "combine.cuh"
@@ -30,6 +33,28 @@ cudaError_t allow_shared_memory(Kernel kernel, int bytes, unsigned long long* co
   return e;
 }
 
+// Launch `kernel(p)` on `stream`, allowed to start before the kernel ahead of it finishes
+// (every kernel here waits for its predecessors before touching memory).
+template <typename Kernel>
+cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, int smem, cudaStream_t stream,
+                             const VerifyParams& p) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+#if defined(KDTREE_SERIAL_LAUNCH)
+  config.numAttrs = 0;
+#else
+  config.attrs = attribute;
+  config.numAttrs = 1;
+#endif
+  return cudaLaunchKernelEx(&config, kernel, p);
+}
+
 // Launch main kernel `Kernel` (`Threads` threads, `Smem` bytes of dynamic shared memory) on
 // the grid (row blocks, requests, splits).
 template <auto Kernel, int Threads, int Smem>
@@ -39,8 +64,7 @@ cudaError_t launch_main(const VerifyParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
             static_cast<unsigned>(p.num_splits));
-  Kernel<<<grid, Threads, Smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_dependent(Kernel, grid, dim3(Threads), Smem, stream, p);
 }
 
 }  // namespace
@@ -156,12 +180,11 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
         (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
       return static_cast<int>(e);
     const dim3 grid(static_cast<unsigned>(ctas)), block(kdtree::kCombineWarps * 32);
-    if (kdtree::combine_ctas_per_sm(ctas, sms) == 4)
-      kdtree::verify_combine_kernel<4><<<grid, block, 0, stream>>>(p);
-    else
-      kdtree::verify_combine_kernel<8><<<grid, block, 0, stream>>>(p);
+    e = kdtree::combine_ctas_per_sm(ctas, sms) == 4
+        ? launch_dependent(kdtree::verify_combine_kernel<4>, grid, block, 0, stream, p)
+        : launch_dependent(kdtree::verify_combine_kernel<8>, grid, block, 0, stream, p);
   }
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(e);
 }
 
 // Launch a whole call. Returns a cudaError_t value (0 on success).

@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "../common/grid_dependency.cuh"
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
 #include "../common/row_result.cuh"
@@ -42,6 +43,7 @@ __device__ __forceinline__ void zero_row(__nv_bfloat16* dst, int dims, int lane,
 
 __global__ void __launch_bounds__(kThreads)
 verify_mma_kernel(const VerifyParams p) {
+  wait_for_prior_grids();  // before any global access (inputs, workspace)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* kv_s = q_s + kBlockM * kLd;

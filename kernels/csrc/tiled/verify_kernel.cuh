@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "../common/grid_dependency.cuh"
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
 #include "../common/row_result.cuh"
@@ -75,6 +76,7 @@ __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const Reques
 template <int BM>
 __global__ void __launch_bounds__(kThreads, 1)
 verify_tiled_kernel(const VerifyParams p) {
+  wait_for_prior_grids();  // before any global access (inputs, workspace)
   using T = Tile<BM>;
   static_assert(kBlockN * 8 == kThreads, "one KV row per 8 threads");
   extern __shared__ __align__(16) unsigned char smem_raw[];

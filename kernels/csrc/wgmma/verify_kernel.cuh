@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "../common/grid_dependency.cuh"
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
 #include "../common/row_result.cuh"
@@ -92,6 +93,7 @@ template <int NW, int WGS, int MWG>
 __global__ void __launch_bounds__(128 * WGS, 1)
 verify_wgmma_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  wait_for_prior_grids();  // before any global access (inputs, workspace)
   using S = Shape<NW, WGS, MWG>;
   constexpr int TPR = S::kThreadsPerRow;
   constexpr int J = S::kJ;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "../common/grid_dependency.cuh"
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
 #include "../common/row_result.cuh"
@@ -80,6 +81,7 @@ __device__ __forceinline__ void pv_steps(float* acc, uint32_t p_desc, uint32_t v
 __global__ void __launch_bounds__(kThreads, 1)
 verify_rows_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  wait_for_prior_grids();  // before any global access (inputs, workspace)
   constexpr int TPR = kThreadsPerRow;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_address(smem_raw);
