@@ -31,7 +31,8 @@ def lib(tmp_path_factory):
 
 
 def plan(lib, bs, heads, n, sms=132, smem=H200_SMEM, budget=BUDGET, request="auto", capability=90):
-    out = (ctypes.c_int64 * 3)()
+    """(code, (path, grid splits, row blocks, base splits))."""
+    out = (ctypes.c_int64 * 4)()
     code = lib.kdtree_plan(bs, heads, n, sms, smem, capability, budget, PATHS[request], out)
     return code, tuple(out)
 
@@ -67,8 +68,9 @@ def test_wgmma_path_only_on_compute_capability_9_0(lib):
 @pytest.mark.parametrize("request_path", ["auto", "tiled", "wgmma"])
 @pytest.mark.parametrize("bs, heads, n", [(1, 8, 4), (1, 8, 16), (1, 16, 64), (4, 8, 16), (32, 8, 16), (128, 16, 4)])
 def test_splits_fill_the_sms_in_whole_waves(lib, bs, heads, n, request_path):
-    code, (path, splits, row_blocks) = plan(lib, bs, heads, n, request=request_path)
-    assert code == 0 and 1 <= splits <= 192
+    # an equal-length batch runs its base splits (the grid's extra ones stay empty)
+    code, (path, grid, row_blocks, splits) = plan(lib, bs, heads, n, request=request_path)
+    assert code == 0 and 1 <= splits <= grid <= 192 and grid in (splits, 2 * splits)
     assert row_blocks == -(-n * heads // {2: 64, 5: 64, 3: 16}.get(path, 32))
     ctas = bs * row_blocks * splits
     waves = -(-ctas // 132)
@@ -81,15 +83,15 @@ def test_one_row_block_takes_one_split_per_sm(lib, request_path, sms):
     # bs 1, 32 or 64 rows: one CTA per SM in one wave; 128 splits on 132 SMs left 4 idle and,
     # at ctx 16k + N (257 tiles of 64), gave one split 3 tiles where 132 splits give each <= 2
     for heads, n in ((8, 4), (8, 8), (16, 4)):
-        code, (_, splits, row_blocks) = plan(lib, 1, heads, n, sms=sms, request=request_path)
-        assert code == 0 and row_blocks == 1 and splits == sms
+        code, (_, splits, row_blocks, base) = plan(lib, 1, heads, n, sms=sms, request=request_path)
+        assert code == 0 and row_blocks == 1 and splits == base == sms
 
 
 def test_workspace_budget_bounds_the_splits(lib):
-    code, (_, splits, _) = plan(lib, 1, 8, 16, budget=0)
+    code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=0)
     assert code == 0 and splits == 1
     rows = 16 * 8
-    code, (_, splits, _) = plan(lib, 1, 8, 16, budget=3 * rows * 514 * 4)
+    code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=3 * rows * 514 * 4)
     assert splits <= 3
 
 
@@ -103,8 +105,25 @@ def test_one_full_wave_beats_two_waves_of_half_the_work(lib, bs, heads, n):
     # 8 row blocks in all: 16 splits fill 128 of 132 SMs once; 33 would fill them twice
     # with half the work each, paying each CTA's fixed cost twice (measured 1.19-1.25x
     # faster with 16 on the H200)
-    code, (_, splits, row_blocks) = plan(lib, bs, heads, n)
+    code, (_, grid, row_blocks, splits) = plan(lib, bs, heads, n)
     assert code == 0 and bs * row_blocks == 8 and splits == 16
+    assert grid == 16  # no balancing splits past 4 per request (split_plan.h)
+
+
+@pytest.mark.parametrize("bs, heads, n, path, budget, balanced", [
+    (32, 8, 16, "auto", BUDGET, True),       # 64 row blocks x 2 splits: a grid of 4 per request
+    (32, 8, 16, "tiled", BUDGET, True),
+    (32, 16, 4, "auto", BUDGET, True),       # 32 row blocks x 4 splits: a grid of 8
+    (4, 8, 16, "auto", BUDGET, False),       # 16 splits per request: balancing cost more than it gave
+    (1, 8, 16, "auto", BUDGET, False),       # one request: nothing to balance
+    (128, 16, 4, "auto", BUDGET, False),     # one split per request: no combine is added for it
+    (32, 8, 16, "portable", BUDGET, False),  # the portable path plans its own splits
+    (32, 8, 16, "auto", 3 * 32 * 128 * 514 * 4, False),  # 2 x 2 splits would pass the workspace budget
+])
+def test_batches_get_twice_the_splits_to_balance_unequal_lengths(lib, bs, heads, n, path, budget, balanced):
+    code, (_, grid, _, base) = plan(lib, bs, heads, n, request=path, budget=budget)
+    assert code == 0 and base >= 1
+    assert grid == (2 * base if balanced else base), f"grid {grid}, base {base}"
 
 
 def combine_shape(lib, rows, splits, sms=132):

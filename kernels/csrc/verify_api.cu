@@ -87,8 +87,10 @@ int64_t kdtree_path_smem(int64_t path) {
 // Plan a call from static sizes. `request`: -1 = the fastest path this device can run,
 // 0 = portable, 1 = tiled, 2 = wgmma. `smem_optin`: the device's opt-in shared memory per
 // block; `capability`: major * 10 + minor (wgmma runs on 9.0 only). Writes {path,
-// num_splits, row_blocks} to `out`; returns 0, or 1 when the requested path does not fit
-// this device, 2 on a bad argument.
+// num_splits (the grid's), row_blocks, base_splits (an equal-length batch's; fewer than
+// num_splits where the grid balances unequal lengths, split_plan.h)} to `out`; returns 0,
+// or 1 when the requested path does not fit this device, 2 on a bad argument. Build with
+// -DKDTREE_NO_BALANCE for grids without the balancing splits (to measure what they do).
 int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64_t smem_optin,
                 int64_t capability, int64_t workspace_budget_bytes, int64_t request, int64_t* out) {
   if (bs < 1 || heads < 1 || heads > kdtree::kMaxHeads || n_max < 1 || n_max > kdtree::kMaxDraft || num_sms < 1 || request < -1 ||
@@ -115,9 +117,17 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
   const int64_t splits = path == kdtree::kPathPortable
       ? kdtree::choose_num_splits(bs, row_blocks, bs * rows, num_sms, workspace_budget_bytes)
       : kdtree::choose_num_splits_tiled(bs, row_blocks, bs * rows, num_sms, workspace_budget_bytes);
+  int64_t grid = splits;
+#if !defined(KDTREE_NO_BALANCE)
+  if (path != kdtree::kPathPortable && bs > 1 && splits >= 2 && splits <= kdtree::kBalanceMaxBase &&
+      splits * kdtree::kBalanceFactor <= kdtree::kMaxSplitsTiled &&
+      splits * kdtree::kBalanceFactor * bs * rows * (512 + 2) * 4 <= workspace_budget_bytes)
+    grid = splits * kdtree::kBalanceFactor;
+#endif
   out[0] = path;
-  out[1] = splits;
+  out[1] = grid;
   out[2] = row_blocks;
+  out[3] = splits;
   return 0;
 }
 

@@ -39,6 +39,8 @@ struct VerifyParams {
   int64_t qo_is_64, kv_is_64;
   int64_t bs, heads, n_max, total_tokens;
   int64_t num_splits, row_blocks;
+  int64_t base_splits;      // splits per request of an equal-length batch (< num_splits: the
+                            // grid's extra splits balance unequal lengths, split_plan.h)
   int64_t debug_checks;
   int64_t causal;           // is_causal: a draft never sees a later draft, whatever the mask says
   int64_t path;             // KernelPath (split_plan.h): portable, tiled 32 rows, tiled 64 rows

@@ -49,7 +49,7 @@ class VerifyParams(ctypes.Structure):
             "q_stride_t", "q_stride_h", "ke_stride_t", "ve_stride_t", "kb_stride",
             "o_stride_t", "o_stride_h", "lse_stride_t", "kv_buffer_rows", "kv_indices_len",
             "mask_len", "qo_is_64", "kv_is_64", "bs", "heads", "n_max", "total_tokens",
-            "num_splits", "row_blocks", "debug_checks", "causal", "path")] + [("scale_log2", ctypes.c_double)]
+            "num_splits", "row_blocks", "base_splits", "debug_checks", "causal", "path")] + [("scale_log2", ctypes.c_double)]
 
 
 @lru_cache(maxsize=None)
@@ -203,10 +203,14 @@ def check_lengths(q, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask, ma
 # -- workspace -----------------------------------------------------------------------------
 
 _WORKSPACE: dict[int, dict[str, torch.Tensor]] = {}
+# Buffers a growth replaced: a CUDA graph captured before the growth still reads and writes
+# them at every replay, so they are never freed.
+_RETIRED_WORKSPACES: list[dict[str, torch.Tensor]] = []
 
 
 def _workspace(device: torch.device, acc_floats: int, ml_floats: int) -> dict[str, torch.Tensor]:
-    """Per-device buffers, allocated once and grown only outside CUDA-graph capture."""
+    """Per-device buffers, allocated once and grown only outside CUDA-graph capture; the
+    buffers a growth replaces are kept (graphs captured earlier still use them)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     ws = _WORKSPACE.get(index)
     if ws is None or ws["acc"].numel() < acc_floats or ws["ml"].numel() < ml_floats:
@@ -214,6 +218,8 @@ def _workspace(device: torch.device, acc_floats: int, ml_floats: int) -> dict[st
             raise RuntimeError("kdtree workspace too small during CUDA-graph capture: call the "
                                "op once eagerly with the capture's shapes before capturing")
         old = ws or {}
+        if ws is not None:
+            _RETIRED_WORKSPACES.append(ws)
         ws = {
             "acc": torch.empty(max(acc_floats, old.get("acc", torch.empty(0)).numel(), 1),
                                dtype=torch.float32, device=device),
@@ -264,12 +270,14 @@ def combine_shape(rows: int, num_splits: int, device: torch.device, lib=None) ->
     return out[0], out[1], out[2]
 
 
-def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tuple[int, int, int]:
-    """(num_splits, row_blocks, path) for these static sizes on ``device``."""
+def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tuple[int, int, int, int]:
+    """(num_splits, row_blocks, path, base_splits) for these static sizes on ``device``:
+    the grid's KV splits, and the splits a batch of equal lengths takes of them (fewer
+    where the grid's extra splits balance unequal lengths)."""
     lib = lib or _library()
     index = device.index if device.index is not None else torch.cuda.current_device()
     sms, smem, capability = _device_limits(index)
-    out = (ctypes.c_int64 * 3)()
+    out = (ctypes.c_int64 * 4)()
     request = requested_path()
     code = lib.kdtree_plan(bs, heads, n_max, sms, smem, capability, workspace_budget_bytes(),
                            PATHS[request], out)
@@ -280,7 +288,7 @@ def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tup
                            f"device allows {smem} (capability {capability // 10}.{capability % 10})")
     if code != 0:
         raise ValueError(f"kdtree plan: bad sizes bs={bs} heads={heads} n_max={n_max}")
-    return int(out[1]), int(out[2]), int(out[0])
+    return int(out[1]), int(out[2]), int(out[0]), int(out[3])
 
 
 def _ptr(t):
@@ -293,7 +301,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
     """Launch (all or ``part`` of) one call; returns its (num_splits, path)."""
     lib = lib or _library()
     bs, T, H = qo_indptr.shape[0] - 1, q.shape[0], q.shape[1]
-    splits, row_blocks, path = plan(bs, H, max_len_extend, q.device, lib)
+    splits, row_blocks, path, base_splits = plan(bs, H, max_len_extend, q.device, lib)
     rows = T * H
     ws = _workspace(q.device, splits * rows * VALUE_DIM if splits > 1 else 0, splits * rows * 2)
     if debug_checks:
@@ -311,7 +319,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
         mask_len=custom_mask.shape[0] if custom_mask is not None else 0,
         qo_is_64=int(qo_indptr.dtype == torch.int64), kv_is_64=int(kv_indptr.dtype == torch.int64),
         bs=bs, heads=H, n_max=max_len_extend, total_tokens=T, num_splits=splits,
-        row_blocks=row_blocks, debug_checks=int(bool(debug_checks)), causal=int(bool(is_causal)),
+        row_blocks=row_blocks, base_splits=base_splits, debug_checks=int(bool(debug_checks)), causal=int(bool(is_causal)),
         path=path,
         scale_log2=float(sm_scale) * LOG2E,
     )

@@ -1,10 +1,12 @@
 """Graph layer: the candidate captured in a CUDA graph at capacity replays bitwise equal
 to eager runs after new lengths, trees and slots are written into the static buffers;
-two graphs share one memory pool; capture allocates nothing and does not synchronize."""
+two graphs share one memory pool; capture allocates nothing and does not synchronize; a
+graph captured before the kernel's split workspace grew still replays correctly."""
 
 import pytest
 import torch
 
+from kdgate.verify_inputs import VerifyCase, build_inputs
 from suites.graph.graph_harness import StaticBatch, replay_matches_eager
 
 pytestmark = [pytest.mark.graph, pytest.mark.gpu]
@@ -42,3 +44,40 @@ def test_two_graphs_in_one_pool_and_no_allocation_during_capture(candidate, cuda
     torch.cuda.synchronize()
     assert torch.equal(batch.o.view(torch.int16), o2.view(torch.int16))
     assert not torch.isnan(batch.o.float()).any()
+
+
+def test_graph_captured_before_the_workspace_grew_still_replays(candidate, cuda_device):
+    """A serving engine captures graphs for several batch sizes; a later, larger one grows
+    the split-KV workspace. The earlier graph keeps the buffers it captured: with them
+    freed, its replay writes into released memory (an illegal address, or another
+    tensor's data)."""
+    if candidate.name != "kdtree":
+        pytest.skip(f"not run: the split workspace belongs to the shipped kernel, not --kernel {candidate.name}")
+    from kdtree import verify_op
+
+    small = build_inputs(VerifyCase(ctx=(3000,), n=4, heads=8, seed=61), cuda_device)
+    out = small.new_output()
+    args, kwargs = small.call_args(out)
+    verify_op._WORKSPACE.clear()           # start from the smallest workspace this call needs
+    candidate(*args, **kwargs)
+    torch.cuda.synchronize()
+    expected = out.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        candidate(*args, **kwargs)
+    ws = verify_op._WORKSPACE[cuda_device.index or 0]
+    captured = {name: (t.data_ptr(), t.numel()) for name, t in ws.items() if name in ("acc", "ml")}
+    del ws
+    big = build_inputs(VerifyCase(ctx=(9000,) * 4, n=16, heads=16, seed=62), cuda_device)
+    big_args, big_kwargs = big.call_args(big.new_output())
+    candidate(*big_args, **big_kwargs)     # eager: grows the workspace
+    torch.cuda.synchronize()
+    assert verify_op._WORKSPACE[cuda_device.index or 0]["acc"].data_ptr() != captured["acc"][0], \
+        "the workspace did not grow"
+    # same-sized allocations: a released buffer would be handed out again here
+    fillers = [torch.full((numel,), 7.0, device=cuda_device) for _, numel in captured.values()]
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.int16), expected.view(torch.int16)), "replay after the growth differs"
+    assert all(bool((f == 7.0).all()) for f in fillers), "the earlier graph wrote into memory handed out since"

@@ -35,7 +35,7 @@ def test_every_kernel_path_holds_parity(candidate, cuda_device, path, case, monk
 
     monkeypatch.setenv("KDTREE_KERNEL_PATH", path)
     try:
-        splits, _, chosen = plan(len(case.ctx), case.heads, case.n, cuda_device)
+        splits, _, chosen, _ = plan(len(case.ctx), case.heads, case.n, cuda_device)
     except RuntimeError as exc:
         pytest.skip(f"not run: {exc}")
     inputs = build_inputs(case, cuda_device)

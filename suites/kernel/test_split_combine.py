@@ -33,7 +33,7 @@ def test_combine_holds_parity_with_every_group_size(candidate, cuda_device, case
     from kdtree.verify_op import PATH_NAMES, plan
 
     monkeypatch.setenv("KDTREE_WORKSPACE_MB", str(budget_mb))
-    splits, _, path = plan(len(case.ctx), case.heads, case.n, cuda_device)
+    splits, _, path, _ = plan(len(case.ctx), case.heads, case.n, cuda_device)
     path = PATH_NAMES[path]
     low, high = BUDGETS[budget_mb]
     if path == "portable" and splits < low:
@@ -62,7 +62,7 @@ def test_combine_holds_parity_in_both_register_builds(candidate, cuda_device, ca
         pytest.skip(f"not run: the split combine belongs to the shipped kernel, not --kernel {candidate.name}")
     from kdtree.verify_op import combine_shape, plan
 
-    splits, _, _ = plan(len(case.ctx), case.heads, case.n, cuda_device)
+    splits, _, _, _ = plan(len(case.ctx), case.heads, case.n, cuda_device)
     assert splits >= 2, f"{case.id}: planned {splits} split, the combine would not run"
     warps, ctas, built = combine_shape(len(case.ctx) * case.n * case.heads, splits, cuda_device)
     assert built == per_sm, f"{case.id}: {ctas} combine CTAs took the {built}-per-SM build, expected {per_sm}"
@@ -81,7 +81,7 @@ def test_combine_third_batch_holds_parity(candidate, cuda_device, heads, n, tree
         pytest.skip(f"not run: the split combine belongs to the shipped kernel, not --kernel {candidate.name}")
     from kdtree.verify_op import PATH_NAMES, plan
 
-    splits, _, path = plan(1, heads, n, cuda_device)
+    splits, _, path, _ = plan(1, heads, n, cuda_device)
     if splits <= 128:
         pytest.skip(f"not run: this GPU's plan gives bs 1 {splits} splits; the third batch needs more than 128")
     case = VerifyCase(ctx=(128 * splits - 24 - n,), n=n, heads=heads, tree=tree, seed=45)

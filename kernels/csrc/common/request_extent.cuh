@@ -50,6 +50,28 @@ __device__ __forceinline__ bool request_extent(const VerifyParams& p, int64_t b,
   return true;
 }
 
+// Sum and maximum of the batch's request lengths (prefix + draft tokens, clamped as in
+// request_extent()), in every lane of the calling warp; all 32 lanes must call.
+__device__ __forceinline__ void batch_lengths(const VerifyParams& p, int64_t* total, int64_t* longest) {
+  int64_t sum = 0, most = 0;
+  for (int64_t b = threadIdx.x % 32; b < p.bs; b += 32) {
+    int64_t prefix = load_index(p.kv_indptr, p.kv_is_64, b + 1) - load_index(p.kv_indptr, p.kv_is_64, b);
+    int64_t drafts = load_index(p.qo_indptr, p.qo_is_64, b + 1) - load_index(p.qo_indptr, p.qo_is_64, b);
+    prefix = prefix < 0 ? 0 : prefix;
+    drafts = drafts < 0 ? 0 : drafts > p.n_max ? p.n_max : drafts;
+    sum += prefix + drafts;
+    most = most > prefix + drafts ? most : prefix + drafts;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const int64_t other = __shfl_xor_sync(0xffffffffu, most, off);
+    most = most > other ? most : other;
+  }
+  *total = sum;
+  *longest = most;
+}
+
 // What CTA (row block blockIdx.x, request blockIdx.y, split blockIdx.z) computes: its
 // request's extent, rows (draft tokens x heads) and KV length (prefix + draft tokens), its
 // first row, its split's KV positions [j_begin, j_end) and the request's mask offset.
@@ -58,8 +80,9 @@ struct CtaWork {
   int64_t rows, row0, length, j_begin, j_end, mask_base;
 };
 
-// This CTA's work for `block_rows` rows per CTA and the path's split_range() sizes; the
-// first CTA of each request reports bad lengths. False when it has nothing to write: its
+// This CTA's work for `block_rows` rows per CTA and the path's split_range() sizes (over
+// the request's share of the splits, request_splits()); the first CTA of each request
+// reports bad lengths. Called by every thread of the CTA. False when it has nothing to write: its
 // request's tokens lie outside q, or its row block lies past the request's rows.
 __device__ __forceinline__ bool cta_work(const VerifyParams& p, int64_t block_rows, int64_t min_chunk,
                                          int64_t tile, CtaWork* w) {
@@ -69,7 +92,13 @@ __device__ __forceinline__ bool cta_work(const VerifyParams& p, int64_t block_ro
   w->row0 = static_cast<int64_t>(blockIdx.x) * block_rows;
   if (w->row0 >= w->rows) return false;
   w->length = w->ext.prefix + w->ext.qo_len;
-  split_range(w->length, p.num_splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
+  int64_t splits = p.num_splits;  // this request's share of the grid's splits
+  if (p.base_splits < p.num_splits) {
+    int64_t total, longest;
+    batch_lengths(p, &total, &longest);
+    splits = request_splits(w->length, total, longest, p.bs, p.base_splits, p.num_splits);
+  }
+  split_range(w->length, splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
 #ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
   if (p.num_splits > 1 && split == 0) return false;
 #endif
