@@ -278,15 +278,38 @@ def gate_data(pytestconfig: pytest.Config) -> list[dict]:
     return pytestconfig.stash.setdefault(_DATA_KEY, [])
 
 
+_WORKER_OUTPUT = "kdgate_notes_and_data"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
-    path = session.config.getoption("--gate-data")
-    if not path or hasattr(session.config, "workerinput"):   # xdist workers: the controller writes
-        return
+    """Writes --gate-data. An xdist worker hands its notes and figures to the controller
+    instead (as JSON: no object that cannot cross is lost), which writes them all."""
     import json
 
+    config = session.config
+    if hasattr(config, "workeroutput"):
+        config.workeroutput[_WORKER_OUTPUT] = json.dumps(
+            {"notes": config.stash.get(_NOTES_KEY, []), "data": config.stash.get(_DATA_KEY, [])}, default=str)
+        return
+    path = config.getoption("--gate-data")
+    if not path:
+        return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps({"notes": session.config.stash.get(_NOTES_KEY, []),
                                       "data": session.config.stash.get(_DATA_KEY, [])}, indent=1))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist, on the controller: a finished worker's notes and figures join the run's
+    (the terminal summary and --gate-data show every worker's)."""
+    import json
+
+    handed = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
+    if handed:
+        received = json.loads(handed)
+        node.config.stash.setdefault(_NOTES_KEY, []).extend(received["notes"])
+        node.config.stash.setdefault(_DATA_KEY, []).extend(received["data"])
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
