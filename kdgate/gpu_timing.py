@@ -96,6 +96,27 @@ def time_call(fn: Callable[[], object], reps: int = 30, flush: L2Flush | None = 
     return Timing(statistics.median(times), q[0], q[-1], reps, graph is not None)
 
 
+def time_interleaved(graphs: dict[str, torch.cuda.CUDAGraph], reps: int = 30,
+                     flush: L2Flush | None = None) -> dict[str, float]:
+    """Median µs of one replay of each graph, the graphs' replays taking turns (each
+    preceded by ``flush`` when given), so clock and thermal drift fall on all alike: the
+    way to compare builds of one kernel in one run."""
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    times: dict[str, list[float]] = {name: [] for name in graphs}
+    for _ in range(reps):
+        for name, graph in graphs.items():
+            if flush is not None:
+                flush()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1e3)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def time_sequence(fns: list[Callable[[], object]], reps: int = 20) -> float:
     """Microseconds per call when all of ``fns`` run back to back inside one CUDA graph
     (no flush: the serving loop of many layers, each on its own inputs)."""

@@ -145,16 +145,22 @@ def main(argv: list[str] | None = None) -> int:
 
 USAGE = ("usage: kdtree-gate nightly [options]   run the layers, write the report (--help)\n"
          "       kdtree-gate report DIR           draw a report again from DIR/summary.json\n"
-         "       kdtree-gate bench [options]      time the kernel vs SGLang and the roofline (--help)")
+         "       kdtree-gate bench [options]      time the kernel vs SGLang and the roofline (--help)\n"
+         "       kdtree-gate ab [options]         time the shipped kernel against builds with -D switches (--help)")
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """``kdtree-gate nightly ...``, ``kdtree-gate report DIR`` or ``kdtree-gate bench ...``."""
+    """``kdtree-gate nightly ...``, ``kdtree-gate report DIR``, ``kdtree-gate bench ...`` or
+    ``kdtree-gate ab ...``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
         from kdgate.perf_bench import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["ab"]:
+        from kdgate.build_ab import main as ab_main
+
+        return ab_main(argv[1:])
     if argv[:1] == ["nightly"]:
         return main(argv[1:])
     if argv[:1] == ["report"] and len(argv) == 2:

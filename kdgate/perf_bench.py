@@ -269,16 +269,25 @@ def table(result: dict) -> str:
                     cells += [f"{got['median_us']:.1f} ({got['path']})", f"{got['speedup']:.2f}",
                               f"{got['roofline_fraction']:.2f}", f"{got['max_abs_diff']:.1e}"]
             lines.append(f"| {r['id']} | " + " | ".join(cells) + " |")
+    for line in context_lines(result):
+        lines += ["", line]
+    return "\n".join(lines)
+
+
+def context_lines(result: dict) -> list[str]:
+    """The run's launch floor (part of every measured call; no kernel removes it) and its
+    layer loop, one sentence each (none for what the result does not hold)."""
+    lines = []
     floor = result.get("launch_floor")
     if floor:
-        lines += ["", "Launch floor, timed like a call: one 1-element kernel "
-                      f"{floor['one_kernel_us']:.1f} µs, two {floor['two_kernels_us']:.1f} µs; "
-                      f"two per call in a 61-call loop {floor['loop_two_kernels_us']:.2f} µs per call."]
+        lines.append("Launch floor, timed like a call: one 1-element kernel "
+                     f"{floor['one_kernel_us']:.1f} µs, two {floor['two_kernels_us']:.1f} µs; "
+                     f"two per call in a 61-call loop {floor['loop_two_kernels_us']:.2f} µs per call.")
     loop = result.get("layer_loop")
     if loop:
-        lines += ["", f"Layer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}): "
-                      f"{loop['per_call_us']:.2f} µs per call."]
-    return "\n".join(lines)
+        lines.append(f"Layer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}): "
+                     f"{loop['per_call_us']:.2f} µs per call.")
+    return lines
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -211,3 +211,14 @@ def test_bench_environment_names_the_gpu_and_the_kernel_build():
     assert env["gpu"] == expected_gpu
     assert env["kernel_build"] == build_hash()
     assert {"torch", "sglang", "triton", "driver", "time"} <= set(env)
+
+
+def test_context_lines_state_the_launch_floor_and_the_layer_loop():
+    from kdgate.perf_bench import context_lines
+
+    assert context_lines({"cases": []}) == []
+    lines = context_lines({"launch_floor": {"one_kernel_us": 3.4, "two_kernels_us": 5.0, "loop_two_kernels_us": 2.3},
+                           "layer_loop": {"layers": 61, "id": "bs1-ctx1k-n8-h8-tree-p64", "per_call_us": 15.2}})
+    assert lines == ["Launch floor, timed like a call: one 1-element kernel 3.4 µs, two 5.0 µs; two per call "
+                     "in a 61-call loop 2.30 µs per call.",
+                     "Layer loop (61 calls in one CUDA graph, bs1-ctx1k-n8-h8-tree-p64): 15.20 µs per call."]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kdgate.perf_baseline import compare, load_baseline, same_gpu
+from kdgate.perf_bench import context_lines
 from kdgate.perf_matrix import PerfCase, matrix
 
 pytestmark = pytest.mark.perf
@@ -52,7 +53,12 @@ def test_fraction_of_roofline_holds_against_baseline(perf_run, baseline, pytestc
                           "speedup": case["speedup_extend"], "combine_share": case["combine_share"],
                           "combine_in_call_share": case["combine_in_call_share"]})
     gate_notes.append(verdict.describe())
+    gate_notes.extend(context_lines(perf_run))  # the report states them beside the verdict
+    for kind in ("launch_floor", "layer_loop"):
+        if perf_run.get(kind):
+            gate_data.append({"kind": f"perf-{kind.replace('_', '-')}", **perf_run[kind]})
     assert verdict.ok, verdict.describe()
+
 
 
 def test_kernel_agrees_with_triton_on_every_benchmark_input(perf_run):

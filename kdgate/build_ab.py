@@ -1,0 +1,183 @@
+"""Same-run A/B of kernel builds: ``kdtree-gate ab`` (or ``python -m kdgate.build_ab``).
+
+The shipped kernel against builds of the same sources with preprocessor switches
+(``-D`` defines), in one process on one GPU: per case, one CUDA graph per build, their
+replays taking turns after the 512 MiB read flush (gpu_timing.time_interleaved), the
+median of ``--reps``; the 61-call layer loop per build; and each build's output against
+the shipped one's (largest absolute difference; 0 when a switch changes only launches).
+The kernel ships two switches, so what each design choice buys can be re-measured:
+
+* ``KDTREE_SERIAL_LAUNCH``: ordinary launches instead of programmatic dependent ones.
+* ``KDTREE_NO_BALANCE``: batches keep the grid of equal lengths (no balancing splits).
+
+``--against NAME=DEF[+DEF...]`` (repeatable; default both switches, one build each).
+Writes ``ab.json`` and ``ab.md`` into ``--out``, prints the table; × = the build's time ÷
+the shipped build's (above 1: the shipped build is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+from kdgate.perf_matrix import MATRICES, PerfCase, matrix
+
+DEFAULT_AGAINST = ("serial-launch=KDTREE_SERIAL_LAUNCH", "no-balance=KDTREE_NO_BALANCE")
+SHIPPED = "shipped"
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_DEFINE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_build(spec: str) -> tuple[str, tuple[str, ...]]:
+    """``NAME=DEF[+DEF...]`` -> (NAME, defines). Raises ValueError naming --against."""
+    name, sep, defines = spec.partition("=")
+    if not sep or not _NAME.match(name) or name == SHIPPED:
+        raise ValueError(f"--against must be NAME=DEFINE[+DEFINE...] with NAME of letters, digits, "
+                         f"'.', '_', '-' (not {SHIPPED!r}), got {spec!r}")
+    parts = tuple(defines.split("+"))
+    bad = [d for d in parts if not _DEFINE.match(d)]
+    if bad:
+        raise ValueError(f"--against {name}: each define must be a C identifier, got {bad}")
+    return name, parts
+
+
+def loop_case() -> PerfCase:
+    return PerfCase(1, 1024, 8, 8, "tree")
+
+
+def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 30, loop_layers: int = 61,
+        progress=print) -> dict:
+    """Times every case with every build (the shipped one first); see the module docstring."""
+    import torch
+
+    from kdgate.gpu_timing import L2Flush, capture, time_interleaved
+    from kdgate.perf_bench import environment
+    from kdgate.perf_inputs import build_perf_inputs
+    from kdtree import verify_op
+    from kdtree.build import build_hash
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("not run: no CUDA GPU on this host (kdtree-gate ab times kernel builds on one)")
+    builds = {SHIPPED: (), **builds}
+    libs = {name: verify_op._library(defines) for name, defines in builds.items()}
+
+    def call(lib, inputs, out):
+        args, kwargs = inputs.call_args(out)
+        op_args = verify_op.op_arguments(*args, **kwargs)
+        return lambda: verify_op._launch(*op_args, lib=lib)
+
+    flush = L2Flush("cuda")
+    records = []
+    for case in cases:
+        inputs = build_perf_inputs(case, "cuda")
+        outs = {name: inputs.new_output() for name in builds}
+        calls = {name: call(libs[name], inputs, outs[name]) for name in builds}
+        graphs = {name: capture(fn) for name, fn in calls.items()}
+        median = time_interleaved(graphs, reps, flush)
+        for fn in calls.values():
+            fn()
+        torch.cuda.synchronize()
+        record = {"id": case.id, **case.as_dict(), "us": median,
+                  "splits": {name: verify_op.plan(case.bs, case.heads, case.n, torch.device("cuda"), libs[name])[0]
+                             for name in builds},
+                  "max_abs_diff": {name: float((outs[name].float() - outs[SHIPPED].float()).abs().max())
+                                   for name in builds if name != SHIPPED},
+                  "finite": all(bool(torch.isfinite(o.float()).all()) for o in outs.values())}
+        records.append(record)
+        progress(f"{case.id}: " + ", ".join(f"{n} {t:.1f} us" for n, t in median.items()))
+        del inputs, outs, calls, graphs
+        torch.cuda.empty_cache()
+    loop = None
+    if loop_layers > 0:
+        layers = [build_perf_inputs(loop_case(), "cuda", seed=k) for k in range(loop_layers)]
+        keep = {name: [call(libs[name], x, x.new_output()) for x in layers] for name in builds}
+        graphs = {name: capture(lambda fns=fns: [f() for f in fns]) for name, fns in keep.items()}
+        per_call = {name: t / loop_layers for name, t in time_interleaved(graphs, 20).items()}
+        loop = {"id": loop_case().id, "layers": loop_layers, "per_call_us": per_call}
+        progress("layer loop: " + ", ".join(f"{n} {t:.2f} us" for n, t in per_call.items()))
+    return {"builds": {name: list(d) for name, d in builds.items()}, "kernel_build": build_hash(),
+            "environment": environment(), "cases": records, "layer_loop": loop}
+
+
+def table(result: dict) -> str:
+    """The A/B as Markdown: per case each build's time, its ratio to the shipped build's
+    and the largest difference of its output; the ratios' median and range; the loop."""
+    others = [name for name in result["builds"] if name != SHIPPED]
+    lines = [f"Shipped build {result['kernel_build']} against: " +
+             "; ".join(f"{n} (-D{' -D'.join(result['builds'][n])})" for n in others) +
+             ". × = build's time ÷ shipped build's (replays taking turns, after the read flush).", "",
+             "| case | splits (shipped) | shipped µs | " +
+             " | ".join(f"{n} µs | × | max abs Δ" for n in others) + " |",
+             "|---|---|---|" + "---|---|---|" * len(others)]
+    ratios: dict[str, list[float]] = {n: [] for n in others}
+    for r in result["cases"]:
+        base = r["us"][SHIPPED]
+        cells = []
+        for n in others:
+            ratios[n].append(r["us"][n] / base)
+            cells += [f"{r['us'][n]:.1f}", f"{r['us'][n] / base:.3f}", f"{r['max_abs_diff'][n]:.1e}"]
+        lines.append(f"| {r['id']} | {r['splits'][SHIPPED]} | {base:.1f} | " + " | ".join(cells) + " |")
+    for n in others:
+        if ratios[n]:
+            v = sorted(ratios[n])
+            lines.append(f"\n{n}: × median {statistics.median(v):.3f} (min {v[0]:.3f}, max {v[-1]:.3f}) "
+                         f"over {len(v)} cases.")
+    loop = result.get("layer_loop")
+    if loop:
+        lines.append(f"\nLayer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}), µs per call: " +
+                     ", ".join(f"{n} {t:.2f}" for n, t in loop["per_call_us"].items()) + ".")
+    if not all(r.get("finite", True) for r in result["cases"]):
+        lines.append("\nSome output held a non-finite value: see ab.json (finite: false).")
+    return "\n".join(lines)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kdtree-gate ab", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", action="append", default=None, metavar="NAME=DEF[+DEF...]",
+                        help=f"a build to compare (repeatable; default: {', '.join(DEFAULT_AGAINST)})")
+    parser.add_argument("--matrix", default="ci", choices=sorted(MATRICES), help="which cases (default ci)")
+    parser.add_argument("--only", default="", help="comma-separated substrings: keep cases whose id contains one")
+    parser.add_argument("--reps", type=int, default=30, help="timed replays per build and case (median)")
+    parser.add_argument("--loop-layers", type=int, default=61, help="calls in the layer loop (0: no loop)")
+    parser.add_argument("--out", type=Path, default=Path("reports/ab"), help="output directory")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error(f"--reps must be >= 1, got {args.reps}")
+    if args.loop_layers < 0:
+        parser.error(f"--loop-layers must be >= 0, got {args.loop_layers}")
+    try:
+        args.builds = dict(parse_build(spec) for spec in (args.against or DEFAULT_AGAINST))
+    except ValueError as exc:
+        parser.error(str(exc))
+    if len(args.builds) != len(args.against or DEFAULT_AGAINST):
+        parser.error("--against: each NAME once")
+    return args
+
+
+def main(argv=None) -> int:
+    from kdgate.perf_bench import select
+
+    args = parse_args(argv)
+    cases = select(matrix(args.matrix), args.only)
+    if not cases:
+        print(f"no case of matrix {args.matrix!r} matches --only {args.only!r}", file=sys.stderr)
+        return 2
+    try:
+        result = run(cases, args.builds, args.reps, args.loop_layers, progress=lambda line: print(line, flush=True))
+    except RuntimeError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "ab.json").write_text(json.dumps(result, indent=1))
+    text = table(result)
+    (args.out / "ab.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""kdtree-gate ab: its arguments, its table, and what it says on a host without a GPU (the
+timing itself runs on a GPU host; see README, Perf layer and benchmark)."""
+
+import pytest
+
+from kdgate import build_ab
+
+
+def test_builds_are_named_sets_of_defines():
+    assert build_ab.parse_build("serial=KDTREE_SERIAL_LAUNCH") == ("serial", ("KDTREE_SERIAL_LAUNCH",))
+    assert build_ab.parse_build("both=A+B_2") == ("both", ("A", "B_2"))
+
+
+@pytest.mark.parametrize("spec", ["KDTREE_SERIAL_LAUNCH", "=A", "x y=A", "shipped=A", "a=", "a=A+", "a=1A", "a=A-B"])
+def test_a_bad_build_is_refused_naming_the_option(spec):
+    with pytest.raises(ValueError, match="--against"):
+        build_ab.parse_build(spec)
+
+
+def test_default_builds_are_the_kernels_two_switches():
+    args = build_ab.parse_args([])
+    assert args.builds == {"serial-launch": ("KDTREE_SERIAL_LAUNCH",), "no-balance": ("KDTREE_NO_BALANCE",)}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--against", "a=1X"], "--against"),
+    (["--against", "a=X", "--against", "a=Y"], "each NAME once"),
+    (["--reps", "0"], "--reps"),
+    (["--loop-layers", "-1"], "--loop-layers"),
+])
+def test_bad_arguments_stop_before_anything_runs(argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        build_ab.parse_args(argv)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+RESULT = {
+    "builds": {"shipped": [], "serial": ["KDTREE_SERIAL_LAUNCH"]},
+    "kernel_build": "0123456789ab",
+    "cases": [
+        {"id": "bs1-ctx1k-n8-h8-tree-p64", "us": {"shipped": 18.0, "serial": 18.9},
+         "splits": {"shipped": 132, "serial": 132}, "max_abs_diff": {"serial": 0.0}, "finite": True},
+        {"id": "bs4-ctx4k-n4-h16-chain-p64", "us": {"shipped": 20.0, "serial": 20.0},
+         "splits": {"shipped": 33, "serial": 33}, "max_abs_diff": {"serial": 0.0}, "finite": True},
+    ],
+    "layer_loop": {"id": "bs1-ctx1k-n8-h8-tree-p64", "layers": 61, "per_call_us": {"shipped": 15.2, "serial": 16.0}},
+}
+
+
+def test_the_table_gives_each_builds_ratio_to_the_shipped_build():
+    text = build_ab.table(RESULT)
+    assert "Shipped build 0123456789ab against: serial (-DKDTREE_SERIAL_LAUNCH)" in text
+    assert "| bs1-ctx1k-n8-h8-tree-p64 | 132 | 18.0 | 18.9 | 1.050 | 0.0e+00 |" in text
+    assert "serial: × median 1.025 (min 1.000, max 1.050) over 2 cases." in text
+    assert "µs per call: shipped 15.20, serial 16.00." in text
+    assert "non-finite" not in text
+
+
+def test_the_table_says_when_an_output_was_not_finite():
+    result = {**RESULT, "cases": [{**RESULT["cases"][0], "finite": False}]}
+    assert "non-finite" in build_ab.table(result)
+
+
+def test_without_a_gpu_it_says_so_and_exits_2(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("not run: this host has a GPU (the command would time the builds)")
+    assert build_ab.main(["--matrix", "smoke", "--out", str(tmp_path)]) == 2
+    assert "not run: no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "ab.json").exists()
