@@ -24,7 +24,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from kdgate.perf_matrix import MATRICES, PerfCase, matrix
+from kdgate.perf_matrix import MATRICES, PerfCase
 
 DEFAULT_AGAINST = ("serial-launch=KDTREE_SERIAL_LAUNCH", "no-balance=KDTREE_NO_BALANCE")
 SHIPPED = "shipped"
@@ -159,16 +159,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    from kdgate.perf_bench import select
+    from kdgate.perf_bench import chosen_cases
 
     args = parse_args(argv)
-    cases = select(matrix(args.matrix), args.only)
-    if not cases:
-        print(f"no case of matrix {args.matrix!r} matches --only {args.only!r}", file=sys.stderr)
-        return 2
     try:
+        cases = chosen_cases(args.matrix, args.only)
         result = run(cases, args.builds, args.reps, args.loop_layers, progress=lambda line: print(line, flush=True))
-    except RuntimeError as exc:
+    except (ValueError, RuntimeError) as exc:
         print(str(exc), file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)

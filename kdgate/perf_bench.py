@@ -333,11 +333,20 @@ def select(cases: list[PerfCase], only: str) -> list[PerfCase]:
     return [c for c in cases if not keys or any(k in c.id for k in keys)]
 
 
+def chosen_cases(matrix_name: str, only: str) -> list[PerfCase]:
+    """The cases of ``matrix_name`` that ``--only`` keeps; ValueError naming both when none."""
+    cases = select(matrix(matrix_name), only)
+    if not cases:
+        raise ValueError(f"no case of matrix {matrix_name!r} matches --only {only!r}")
+    return cases
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    cases = select(matrix(args.matrix), args.only)
-    if not cases:
-        print(f"no case of matrix {args.matrix!r} matches --only {args.only!r}", file=sys.stderr)
+    try:
+        cases = chosen_cases(args.matrix, args.only)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
         return 2
     try:
         result = run(cases, args.reps, args.baseline_budget_s, not args.no_baselines,

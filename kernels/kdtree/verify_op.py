@@ -208,6 +208,13 @@ _WORKSPACE: dict[int, dict[str, torch.Tensor]] = {}
 _RETIRED_WORKSPACES: list[dict[str, torch.Tensor]] = []
 
 
+def grown_size(needed: int, old: int, cap: int) -> int:
+    """Elements of a grown workspace buffer: at least ``needed``, else twice ``old`` up to
+    ``cap``, so the kept buffers a series of growths leaves add up to less than the last
+    one (a graph captured before a growth still uses the buffer it replaced)."""
+    return max(needed, min(2 * old, cap), 1)
+
+
 def _workspace(device: torch.device, acc_floats: int, ml_floats: int) -> dict[str, torch.Tensor]:
     """Per-device buffers, allocated once and grown only outside CUDA-graph capture; the
     buffers a growth replaces are kept (graphs captured earlier still use them)."""
@@ -220,10 +227,11 @@ def _workspace(device: torch.device, acc_floats: int, ml_floats: int) -> dict[st
         old = ws or {}
         if ws is not None:
             _RETIRED_WORKSPACES.append(ws)
+        cap = workspace_budget_bytes() // 4
         ws = {
-            "acc": torch.empty(max(acc_floats, old.get("acc", torch.empty(0)).numel(), 1),
+            "acc": torch.empty(grown_size(acc_floats, old["acc"].numel() if old else 0, cap),
                                dtype=torch.float32, device=device),
-            "ml": torch.empty(max(ml_floats, old.get("ml", torch.empty(0)).numel(), 2),
+            "ml": torch.empty(max(grown_size(ml_floats, old["ml"].numel() if old else 0, cap), 2),
                               dtype=torch.float32, device=device),
             "error": torch.zeros(1, dtype=torch.int32, device=device),
         }
