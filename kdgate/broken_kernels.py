@@ -18,14 +18,9 @@ import torch
 
 def _variant(defines: tuple[str, ...]):
     def fwd(*args, **kwargs):
-        from kdtree import verify_op
+        from kdtree.verify_op import launch_build
 
-        op_args = verify_op.op_arguments(*args, **kwargs)
-        (q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
-         mask_indptr, max_len_extend, sm_scale, lse, debug_checks, is_causal) = op_args
-        verify_op.check_arguments(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr,
-                                  kv_indices, custom_mask, mask_indptr, max_len_extend, sm_scale, lse)
-        verify_op._launch(*op_args, lib=verify_op._library(defines))
+        launch_build(defines, *args, **kwargs)
         return True
 
     fwd.writes_lse = True

@@ -63,19 +63,18 @@ def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 3
     if not torch.cuda.is_available():
         raise RuntimeError("not run: no CUDA GPU on this host (kdtree-gate ab times kernel builds on one)")
     builds = {SHIPPED: (), **builds}
-    libs = {name: verify_op._library(defines) for name, defines in builds.items()}
+    libs = {name: verify_op._library(defines) for name, defines in builds.items()}  # built before timing
 
-    def call(lib, inputs, out):
+    def call(name, inputs, out):
         args, kwargs = inputs.call_args(out)
-        op_args = verify_op.op_arguments(*args, **kwargs)
-        return lambda: verify_op._launch(*op_args, lib=lib)
+        return lambda: verify_op.launch_build(builds[name], *args, **kwargs)
 
     flush = L2Flush("cuda")
     records = []
     for case in cases:
         inputs = build_perf_inputs(case, "cuda")
         outs = {name: inputs.new_output() for name in builds}
-        calls = {name: call(libs[name], inputs, outs[name]) for name in builds}
+        calls = {name: call(name, inputs, outs[name]) for name in builds}
         graphs = {name: capture(fn) for name, fn in calls.items()}
         median = time_interleaved(graphs, reps, flush)
         for fn in calls.values():
@@ -94,7 +93,7 @@ def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 3
     loop = None
     if loop_layers > 0:
         layers = [build_perf_inputs(loop_case(), "cuda", seed=k) for k in range(loop_layers)]
-        keep = {name: [call(libs[name], x, x.new_output()) for x in layers] for name in builds}
+        keep = {name: [call(name, x, x.new_output()) for x in layers] for name in builds}
         graphs = {name: capture(lambda fns=fns: [f() for f in fns]) for name, fns in keep.items()}
         per_call = {name: t / loop_layers for name, t in time_interleaved(graphs, 20).items()}
         loop = {"id": loop_case().id, "layers": loop_layers, "per_call_us": per_call}

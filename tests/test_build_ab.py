@@ -69,3 +69,12 @@ def test_without_a_gpu_it_says_so_and_exits_2(tmp_path, capsys):
     assert build_ab.main(["--matrix", "smoke", "--out", str(tmp_path)]) == 2
     assert "not run: no CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "ab.json").exists()
+
+
+def test_a_build_is_launched_only_after_the_ops_argument_checks():
+    """kdtree-gate ab and the broken kernels launch through verify_op.launch_build, which
+    checks the SGLang-form call like the op does before any library is loaded."""
+    from kdtree.verify_op import launch_build
+
+    with pytest.raises(ValueError, match="k_scale"):
+        launch_build(("KDTREE_SERIAL_LAUNCH",), *([None] * 13), k_scale=2.0)

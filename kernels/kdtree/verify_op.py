@@ -426,13 +426,20 @@ def launch_part(part: str, *args, **kwargs) -> tuple[int, str]:
     "main" wrote). Returns (KV splits of the call (1: no combine), kernel path name)."""
     if part not in LAUNCH_PARTS:
         raise ValueError(f"part must be one of {sorted(LAUNCH_PARTS)}, got {part!r}")
-    (q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask,
-     mask_indptr, max_len_extend, sm_scale, lse, debug_checks, is_causal) = op_arguments(*args, **kwargs)
-    check_arguments(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
-                    custom_mask, mask_indptr, max_len_extend, sm_scale, lse)
-    splits, path = _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices,
-                           custom_mask, mask_indptr, max_len_extend, sm_scale, lse, False, is_causal,
-                           part=LAUNCH_PARTS[part])
+    op_args = op_arguments(*args, **kwargs)
+    return _checked_launch(op_args[:13] + (False,) + op_args[14:], _library(), LAUNCH_PARTS[part])
+
+
+def launch_build(defines: tuple[str, ...], *args, **kwargs) -> tuple[int, str]:
+    """One whole call in SGLang's form, launched with the library built with ``defines``
+    (``-D`` switches: the A/B builds of ``kdtree-gate ab``, the broken kernels of the
+    negative controls), bypassing the torch op. Returns (KV splits, kernel path name)."""
+    return _checked_launch(op_arguments(*args, **kwargs), _library(tuple(defines)), 0)
+
+
+def _checked_launch(op_args: tuple, lib, part: int) -> tuple[int, str]:
+    check_arguments(*op_args[:13])
+    splits, path = _launch(*op_args, lib=lib, part=part)
     return splits, PATH_NAMES[path]
 
 
