@@ -5,12 +5,14 @@ The shipped kernel against builds of the same sources with preprocessor switches
 replays taking turns after the 512 MiB read flush (gpu_timing.time_interleaved), the
 median of ``--reps``; the 61-call layer loop per build; and each build's output against
 the shipped one's (largest absolute difference; 0 when a switch changes only launches).
-The kernel ships two switches, so what each design choice buys can be re-measured:
+The kernel ships three switches, so what each design choice buys can be re-measured:
 
 * ``KDTREE_SERIAL_LAUNCH``: ordinary launches instead of programmatic dependent ones.
 * ``KDTREE_NO_BALANCE``: batches keep the grid of equal lengths (no balancing splits).
+* ``KDTREE_MAIN_NO_TRIGGER``: a short request's main kernel no longer lets the combine
+  launch before its epilogue (the combine launches at the main kernel's exit).
 
-``--against NAME=DEF[+DEF...]`` (repeatable; default both switches, one build each).
+``--against NAME=DEF[+DEF...]`` (repeatable; default the three switches, one build each).
 Writes ``ab.json`` and ``ab.md`` into ``--out``, prints the table; × = the build's time ÷
 the shipped build's (above 1: the shipped build is faster).
 """
@@ -26,7 +28,8 @@ from pathlib import Path
 
 from kdgate.perf_matrix import MATRICES, PerfCase
 
-DEFAULT_AGAINST = ("serial-launch=KDTREE_SERIAL_LAUNCH", "no-balance=KDTREE_NO_BALANCE")
+DEFAULT_AGAINST = ("serial-launch=KDTREE_SERIAL_LAUNCH", "no-balance=KDTREE_NO_BALANCE",
+                   "no-trigger=KDTREE_MAIN_NO_TRIGGER")
 SHIPPED = "shipped"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _DEFINE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -19,7 +19,8 @@ def test_a_bad_build_is_refused_naming_the_option(spec):
 
 def test_default_builds_are_the_kernels_two_switches():
     args = build_ab.parse_args([])
-    assert args.builds == {"serial-launch": ("KDTREE_SERIAL_LAUNCH",), "no-balance": ("KDTREE_NO_BALANCE",)}
+    assert args.builds == {"serial-launch": ("KDTREE_SERIAL_LAUNCH",), "no-balance": ("KDTREE_NO_BALANCE",),
+                           "no-trigger": ("KDTREE_MAIN_NO_TRIGGER",)}
 
 
 @pytest.mark.parametrize("argv, message", [

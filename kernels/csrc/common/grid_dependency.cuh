@@ -7,7 +7,13 @@
 // allows it at its start (the next call's main kernel needs whole SMs, so it lands as the
 // combine's CTAs leave). The main kernels never do: their dependent is the combine, whose
 // CTAs would then sit waiting on the SMs where the main kernel's CTAs still work (2 us more
-// per call at ctx <= 4k); at their exit the combine is launched anyway.
+// per call at ctx <= 4k). The wgmma main kernels allow it once their KV loop is done, before
+// the epilogue writes the result, when the request is short enough to leave at least half of
+// the grid's splits without work (allow_dependents_at_epilogue): the combine's launch then
+// overlaps the tail of the grid on SMs that had nothing to do. When (nearly) every SM has
+// work, early-launched combine CTAs crowd onto the SMs that finish first (measured 1-3 %
+// slower at ctx >= 32k with 132 splits), so the combine is left to launch at their exit.
+// -DKDTREE_MAIN_NO_TRIGGER never allows it early, for A/B.
 #pragma once
 
 namespace kdtree {
@@ -25,6 +31,14 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 __device__ __forceinline__ void allow_dependent_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// A main kernel's CTA whose KV loop is done: its dependent (the combine) may be launched
+// when `half_idle` (cta_work(): at least half of the grid's splits have none of its KV).
+__device__ __forceinline__ void allow_dependents_at_epilogue(bool half_idle) {
+#if !defined(KDTREE_MAIN_NO_TRIGGER)
+  if (half_idle) allow_dependent_grids();
 #endif
 }
 

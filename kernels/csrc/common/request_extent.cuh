@@ -78,6 +78,7 @@ __device__ __forceinline__ void batch_lengths(const VerifyParams& p, int64_t* to
 struct CtaWork {
   RequestExtent ext;
   int64_t rows, row0, length, j_begin, j_end, mask_base;
+  bool half_idle;  // a short request: the grid's upper half of splits holds none of its KV positions
 };
 
 // This CTA's work for `block_rows` rows per CTA and the path's split_range() sizes (over
@@ -99,6 +100,9 @@ __device__ __forceinline__ bool cta_work(const VerifyParams& p, int64_t block_ro
     splits = request_splits(w->length, total, longest, p.bs, p.base_splits, p.num_splits);
   }
   split_range(w->length, splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
+  int64_t mid_begin, mid_end;
+  split_range(w->length, splits, p.num_splits / 2, &mid_begin, &mid_end, min_chunk, tile);
+  w->half_idle = mid_begin >= mid_end;
 #ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
   if (p.num_splits > 1 && split == 0) return false;
 #endif

@@ -55,7 +55,7 @@ verify_mma_kernel(const VerifyParams p) {
   // -- this CTA's work (request extent clamped: no read ever leaves its tensor)
   CtaWork work;
   if (!cta_work(p, kBlockM, 0, kBlockN, &work)) return;
-  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base] = work;
+  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t qo_start = ext.qo_start, prefix = ext.prefix;
 
   // -- rows of this thread: A = row0 + 16*(warp/2) + g, B = A + 8

@@ -93,7 +93,7 @@ verify_tiled_kernel(const VerifyParams p) {
 
   CtaWork work;
   if (!cta_work(p, BM, kMinChunkTiled, kBlockN, &work)) return;
-  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base] = work;
+  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
   const int lr_a = rg * 16 + g, lr_b = lr_a + 8;  // this thread's two rows, local

@@ -115,7 +115,7 @@ verify_wgmma_kernel(const VerifyParams p) {
   const int64_t split = blockIdx.z, H = p.heads;
   CtaWork work;
   if (!cta_work(p, S::kRows, kMinChunkWgmma, kTile, &work)) return;
-  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base] = work;
+  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
   // this thread's accumulator columns are rows row_here + 8*jj + e of the request (bit
@@ -279,6 +279,7 @@ verify_wgmma_kernel(const VerifyParams p) {
     }
   }
   cp_async_wait<0>();
+  allow_dependents_at_epilogue(half_idle);
   if (!math_wg) return;
 
   // -- row sums: over the lanes that share a row, then over the warpgroup's four warps

@@ -97,7 +97,7 @@ verify_rows_kernel(const VerifyParams p) {
   const int64_t split = blockIdx.z, H = p.heads;
   CtaWork work;
   if (!cta_work(p, kRows, kMinChunkWgmma, kTile, &work)) return;
-  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base] = work;
+  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
   // this thread's rows: row_lo = row0 + 16 warp + g (s[4k], s[4k + 1]) and row_lo + 8
@@ -235,6 +235,7 @@ verify_rows_kernel(const VerifyParams p) {
     for (int i = 0; i < kHalfDims / 2; ++i) wgmma::pin(acc[i]);
   }
   cp_async_wait<0>();
+  allow_dependents_at_epilogue(half_idle);
 
   // -- row sums over the quad and both warpgroups; write the final output (one split) or the split's partial state
 #pragma unroll
