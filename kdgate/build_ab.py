@@ -31,6 +31,9 @@ from kdgate.perf_matrix import MATRICES, PerfCase
 DEFAULT_AGAINST = ("serial-launch=KDTREE_SERIAL_LAUNCH", "no-balance=KDTREE_NO_BALANCE",
                    "no-trigger=KDTREE_MAIN_NO_TRIGGER")
 SHIPPED = "shipped"
+# Two builds of identical code time up to about this far apart (same-run A/B on the H200):
+# a ratio inside it says nothing about which build is faster.
+NOISE = 0.015
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _DEFINE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -126,8 +129,12 @@ def table(result: dict) -> str:
     for n in others:
         if ratios[n]:
             v = sorted(ratios[n])
+            shipped_faster = sum(x > 1 + NOISE for x in v)
+            shipped_slower = sum(x < 1 - NOISE for x in v)
             lines.append(f"\n{n}: × median {statistics.median(v):.3f} (min {v[0]:.3f}, max {v[-1]:.3f}) "
-                         f"over {len(v)} cases.")
+                         f"over {len(v)} cases; the shipped build is faster by more than {NOISE:.1%} on "
+                         f"{shipped_faster}, slower by more than {NOISE:.1%} on {shipped_slower} "
+                         f"(× below 1: {n} is faster).")
     loop = result.get("layer_loop")
     if loop:
         lines.append(f"\nLayer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}), µs per call: " +

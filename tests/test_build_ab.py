@@ -53,9 +53,16 @@ def test_the_table_gives_each_builds_ratio_to_the_shipped_build():
     text = build_ab.table(RESULT)
     assert "Shipped build 0123456789ab against: serial (-DKDTREE_SERIAL_LAUNCH)" in text
     assert "| bs1-ctx1k-n8-h8-tree-p64 | 132 | 18.0 | 18.9 | 1.050 | 0.0e+00 |" in text
-    assert "serial: × median 1.025 (min 1.000, max 1.050) over 2 cases." in text
+    assert ("serial: × median 1.025 (min 1.000, max 1.050) over 2 cases; the shipped build is faster by more "
+            "than 1.5% on 1, slower by more than 1.5% on 0 (× below 1: serial is faster).") in text
     assert "µs per call: shipped 15.20, serial 16.00." in text
     assert "non-finite" not in text
+
+
+def test_the_table_counts_the_cases_each_way_outside_the_noise():
+    cases = [{**RESULT["cases"][0], "us": {"shipped": 20.0, "serial": us}} for us in (19.0, 19.9, 20.2, 21.0)]
+    text = build_ab.table({**RESULT, "cases": cases})
+    assert "faster by more than 1.5% on 1, slower by more than 1.5% on 1" in text
 
 
 def test_the_table_says_when_an_output_was_not_finite():
