@@ -2,14 +2,17 @@
 // happens. 132 CTAs (one per SM), operands in shared memory laid out as in the kernels
 // (kernels/csrc/common/wgmma.cuh: 128-byte swizzled column blocks; Q of 64 rows x 576, a KV
 // tile of 64 positions x 576, P of 64 x 64), each warpgroup issuing one group of MMAs after
-// another (fence, MMAs, commit, wait), no loads, no softmax. Prints TFLOP/s per shape; the
-// bench's matmul ceiling (torch, 8192^3 bf16) is the reference it is read against.
+// another (fence, MMAs, commit, wait), no loads; the last two variants add a softmax-like
+// step per tile, in the shipped order and in FlashAttention-3's. Prints TFLOP/s per shape;
+// the bench's matmul ceiling (torch, 8192^3 bf16) is the reference it is read against.
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I kernels/csrc \
 //        -o tensor_probe docs/perf-h200-wgmma/experiments/tensor_probe.cu && ./tensor_probe
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <utility>
 #include <vector>
@@ -104,6 +107,114 @@ __global__ void __launch_bounds__(256, 1) probe(int groups, int math_wgs, float*
   if (acc == 12345.f) sink[threadIdx.x] = acc;  // keeps the MMAs alive
 }
 
+// A rows-kernel tile per warpgroup with a softmax-like step between its QK and its PV: each
+// score row's maximum over the quad, 2^(s - max), P rounded to bf16 and stored, swizzled, to
+// this warpgroup's P buffer (positions 0-31 of 64; the PV reads all 64 as the kernel's does).
+// Serial: QK, wait, softmax, PV, wait (the shipped order). Overlapped: the next tile's QK and
+// this tile's PV issued together and the next tile's softmax run while the PV runs (P
+// double-buffered), both groups waited for within the iteration.
+__device__ __forceinline__ void softmax_to_p(float* s, uint32_t p_block, int wg) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, g = lane / 4, t = lane % 4;
+  float mx[2] = {-INFINITY, -INFINITY};
+  for (int i = 0; i < 16; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+  }
+  for (int kk = 0; kk < 2; ++kk)
+    for (int r = 0; r < 4; ++r) {
+      const int i = 8 * kk + 2 * r, row = 16 * warp + g + 8 * (r & 1);
+      float p0, p1;
+      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p0) : "f"(s[i] - mx[r & 1]));
+      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p1) : "f"(s[i + 1] - mx[r & 1]));
+      __nv_bfloat162 v = __floats2bfloat162_rn(p0, p1);
+      const uint32_t at = p_block + wgmma::swizzled(row, 2 * kk + (r >> 1)) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(at), "r"(*reinterpret_cast<uint32_t*>(&v)) : "memory");
+    }
+  wgmma::fence_shared_for_async();
+  wgmma::named_barrier(1 + wg, 128);  // this warpgroup's P complete
+}
+
+template <bool Overlap>
+__global__ void __launch_bounds__(256, 1) tile_probe(int tiles, float* sink) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  for (int i = threadIdx.x; i < 22 * kBlock / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem_raw + (base - raw))[i] = 0x3c003c00u;
+  __syncthreads();
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  float s[16] = {}, o[128] = {};
+  const uint32_t q = wgmma::descriptor_low(base + kQ, 16);
+  const uint32_t k = wgmma::descriptor_low(base + kK + wg * 32 * 128, 16);
+  const uint32_t v = wgmma::descriptor_low(base + kK + wg * 4 * kBlock, kBlock);
+  const uint32_t p0 = base + kP + (2 * wg) * kBlock, p1 = p0 + kBlock;  // the P buffers
+  if (!Overlap) {
+    for (int it = 0; it < tiles; ++it) {
+      wgmma::fence();
+      qk32(s, q, k, std::make_integer_sequence<int, 36>{});
+      wgmma::commit();
+      wgmma::wait<0>();
+      for (int i = 0; i < 16; ++i) wgmma::pin(s[i]);
+      softmax_to_p(s, p0, wg);
+      wgmma::fence();
+      pv256(o, wgmma::descriptor_low(p0, 16), v, std::make_integer_sequence<int, 4>{});
+      wgmma::commit();
+      wgmma::wait<0>();
+      for (int i = 0; i < 128; ++i) wgmma::pin(o[i]);
+    }
+  } else {
+    wgmma::fence();
+    qk32(s, q, k, std::make_integer_sequence<int, 36>{});
+    wgmma::commit();
+    wgmma::wait<0>();
+    for (int i = 0; i < 16; ++i) wgmma::pin(s[i]);
+    softmax_to_p(s, p0, wg);
+    for (int it = 0; it < tiles; ++it) {
+      wgmma::fence();
+      qk32(s, q, k, std::make_integer_sequence<int, 36>{});
+      wgmma::commit();
+      pv256(o, wgmma::descriptor_low(it & 1 ? p1 : p0, 16), v, std::make_integer_sequence<int, 4>{});
+      wgmma::commit();
+      wgmma::wait<1>();  // the QK
+      for (int i = 0; i < 16; ++i) wgmma::pin(s[i]);
+      softmax_to_p(s, it & 1 ? p0 : p1, wg);
+      wgmma::wait<0>();  // the PV
+      for (int i = 0; i < 128; ++i) wgmma::pin(o[i]);
+    }
+  }
+  float acc = 0.f;
+  for (int i = 0; i < 16; ++i) acc += s[i];
+  for (int i = 0; i < 128; ++i) acc += o[i];
+  if (acc == 12345.f) sink[threadIdx.x] = acc;
+}
+
+template <bool Overlap>
+void measure_tile(const char* name, int sms, float* sink) {
+  constexpr int smem = 22 * kBlock + 1024;
+  cudaFuncSetAttribute(tile_probe<Overlap>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const int tiles = 4000;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<float> ts;
+  for (int r = 0; r < 8; ++r) {
+    cudaEventRecord(a);
+    tile_probe<Overlap><<<sms, 256, smem>>>(tiles, sink);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    if (r >= 2) ts.push_back(ms);
+  }
+  std::sort(ts.begin(), ts.end());
+  const double ms = ts[ts.size() / 2];
+  const double flops = (36.0 * 2 * 64 * 32 * 16 + 4.0 * 2 * 64 * 256 * 16) * tiles * 2 * sms;
+  std::printf("| %s | 2 | %.0f |\n", name, flops / ms / 1e9);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) std::printf("error: %s\n", cudaGetErrorString(e));
+}
+
 // FLOPs of one group of one warpgroup.
 double group_flops(Shape s) {
   switch (s) {
@@ -155,5 +266,7 @@ int main() {
   measure<kTile>("rows tile: QK, wait, PV", 2, sms, sink);
   measure<kQk16t>("16-row QK: 36 x m64n16k16 (K . Q^T)", 1, sms, sink);
   measure<kQk16t>("16-row QK: 36 x m64n16k16 (K . Q^T)", 2, sms, sink);
+  measure_tile<false>("rows tile with a softmax step: QK, wait, softmax, PV, wait", sms, sink);
+  measure_tile<true>("rows tile with a softmax step: next QK and this PV together, softmax under the PV", sms, sink);
   return 0;
 }
