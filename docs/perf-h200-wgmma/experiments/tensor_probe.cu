@@ -189,18 +189,16 @@ __global__ void __launch_bounds__(256, 1) tile_probe(int tiles, float* sink) {
   if (acc == 12345.f) sink[threadIdx.x] = acc;
 }
 
-template <bool Overlap>
-void measure_tile(const char* name, int sms, float* sink) {
-  constexpr int smem = 22 * kBlock + 1024;
-  cudaFuncSetAttribute(tile_probe<Overlap>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  const int tiles = 4000;
+// Median of 6 timed launches (after 2 untimed), ms, and the run's error state printed.
+template <class Launch>
+double median_ms(Launch launch) {
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
   std::vector<float> ts;
   for (int r = 0; r < 8; ++r) {
     cudaEventRecord(a);
-    tile_probe<Overlap><<<sms, 256, smem>>>(tiles, sink);
+    launch();
     cudaEventRecord(b);
     cudaEventSynchronize(b);
     float ms;
@@ -208,11 +206,19 @@ void measure_tile(const char* name, int sms, float* sink) {
     if (r >= 2) ts.push_back(ms);
   }
   std::sort(ts.begin(), ts.end());
-  const double ms = ts[ts.size() / 2];
-  const double flops = (36.0 * 2 * 64 * 32 * 16 + 4.0 * 2 * 64 * 256 * 16) * tiles * 2 * sms;
-  std::printf("| %s | 2 | %.0f |\n", name, flops / ms / 1e9);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) std::printf("error: %s\n", cudaGetErrorString(e));
+  return ts[ts.size() / 2];
+}
+
+template <bool Overlap>
+void measure_tile(const char* name, int sms, float* sink) {
+  constexpr int smem = 22 * kBlock + 1024;
+  cudaFuncSetAttribute(tile_probe<Overlap>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const int tiles = 4000;
+  const double ms = median_ms([&] { tile_probe<Overlap><<<sms, 256, smem>>>(tiles, sink); });
+  const double flops = (36.0 * 2 * 64 * 32 * 16 + 4.0 * 2 * 64 * 256 * 16) * tiles * 2 * sms;
+  std::printf("| %s | 2 | %.0f |\n", name, flops / ms / 1e9);
 }
 
 // FLOPs of one group of one warpgroup.
@@ -231,25 +237,9 @@ template <Shape S>
 void measure(const char* name, int math_wgs, int sms, float* sink) {
   cudaFuncSetAttribute(probe<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   const int groups = 4000;
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> ts;
-  for (int r = 0; r < 8; ++r) {
-    cudaEventRecord(a);
-    probe<S><<<sms, 256, kSmem>>>(groups, math_wgs, sink);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    if (r >= 2) ts.push_back(ms);
-  }
-  std::sort(ts.begin(), ts.end());
-  const double ms = ts[ts.size() / 2];
+  const double ms = median_ms([&] { probe<S><<<sms, 256, kSmem>>>(groups, math_wgs, sink); });
   const double flops = group_flops(S) * groups * math_wgs * sms;
   std::printf("| %s | %d | %.0f |\n", name, math_wgs, flops / ms / 1e9);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) std::printf("error: %s\n", cudaGetErrorString(e));
 }
 
 int main() {
