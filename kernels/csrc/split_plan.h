@@ -20,13 +20,29 @@ constexpr int kMinChunkWgmma = 128;   // wgmma path: fewest KV positions a split
 // in ~225 KB of shared memory (sm_90a; needs the opt-in shared memory of a Hopper SM).
 // Wgmma: Hopper warpgroup MMAs, two warpgroups per CTA, 64-position KV tiles in two
 // stages (sm_90a only): 16 or 32 rows transposed (rows as the MMA's N; one warpgroup
-// computing 16 rows and one only copying, or two of 16), or 64 rows as the MMA's M (each
-// warpgroup the scores of half a tile's positions and half of the value dims); 169,728-223,744
-// bytes of shared memory.
+// computing 16 rows and one only copying, or two of 16), or 64 rows as the MMA's M: below
+// kSeesawMinRows rows (draft tokens x heads) each warpgroup computes the scores of half a
+// tile's positions and half of the value dims, tile after tile; from kSeesawMinRows rows the
+// seesaw kernel (wgmma/verify_kernel_seesaw.cuh: each warpgroup a whole tile's scores, the two
+// overlapping softmax and MMAs, a third warpgroup copying); 169,728-231,968 bytes of shared
+// memory.
 enum KernelPath : int64_t {
   kPathPortable = 0, kPathTiled32 = 1, kPathTiled64 = 2,
   kPathWgmma16 = 3, kPathWgmma32 = 4, kPathWgmma64 = 5,
 };
+
+// The 64-row wgmma path runs the seesaw kernel from this many rows per request (measured on
+// the H200 against the tile-after-tile kernel, same run: 1.03-1.14x at ctx 32k-128k from 256
+// rows, 0.95-1.02x at ctx 4k; 0.90-0.96x at 64 rows, 0.96-1.02x at 128). -DKDTREE_ROWS_SERIAL
+// never runs it (A/B).
+constexpr int64_t kSeesawMinRows = 256;
+inline bool runs_seesaw(int64_t n_max, int64_t heads) {
+#if defined(KDTREE_ROWS_SERIAL)
+  return false;
+#else
+  return n_max * heads >= kSeesawMinRows;
+#endif
+}
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -86,7 +102,7 @@ inline int64_t choose_num_splits_tiled(int64_t bs, int64_t row_blocks, int64_t t
 // every request in turn instead of waiting on the longest one's `base` pieces. `total` and
 // `longest`: the sum and maximum of the batch's lengths. Measured on the H200 (same-run A/B):
 // bs 32 at ctx 16k mixed (base 2 and 4) 1.15-1.19x faster, bs 32 equal lengths 0.995-0.998x;
-// at base 16-33 (bs 4, 8) the extra empty CTAs cost equal-length batches 4-9 %, so larger
+// at base 8-33 (bs 4, 8) the extra empty CTAs cost equal-length batches 4-9 %, so larger
 // bases keep their grid.
 constexpr int64_t kBalanceFactor = 2;
 constexpr int64_t kBalanceMaxBase = 4;

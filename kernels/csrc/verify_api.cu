@@ -14,6 +14,7 @@
 #include "verify_params.h"
 #include "wgmma/verify_kernel.cuh"
 #include "wgmma/verify_kernel_rows.cuh"
+#include "wgmma/verify_kernel_seesaw.cuh"
 
 using kdtree::VerifyParams;
 
@@ -79,7 +80,9 @@ int64_t kdtree_path_smem(int64_t path) {
     case kdtree::kPathTiled64: return kdtree::tiled::Tile<64>::kSmemBytes;
     case kdtree::kPathWgmma16: return kdtree::wgmma_path::Shape<16, 2, 1>::kSmemBytes;
     case kdtree::kPathWgmma32: return kdtree::wgmma_path::Shape<16, 2, 2>::kSmemBytes;
-    case kdtree::kPathWgmma64: return kdtree::wgmma_rows::kSmemBytes;
+    case kdtree::kPathWgmma64:  // either kernel (split_plan.h: runs_seesaw)
+      return kdtree::wgmma_rows::kSmemBytes > kdtree::wgmma_seesaw::kSmemBytes ? kdtree::wgmma_rows::kSmemBytes
+                                                                               : kdtree::wgmma_seesaw::kSmemBytes;
     default: return -1;
   }
 }
@@ -149,7 +152,8 @@ int kdtree_combine_shape(int64_t rows, int64_t num_splits, int64_t num_sms, int6
 int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, int part) {
   if (part < 0 || part > 2) return static_cast<int>(cudaErrorInvalidValue);
   const VerifyParams& p = *params;
-  if (p.n_max < 1 || p.n_max > kdtree::kMaxDraft || p.heads < 1 || p.heads > kdtree::kMaxHeads)
+  if (p.n_max < 1 || p.n_max > kdtree::kMaxDraft || p.heads < 1 || p.heads > kdtree::kMaxHeads ||
+      p.base_splits < 1 || p.base_splits > p.num_splits)
     return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   cudaError_t e = cudaSuccess;
@@ -157,6 +161,7 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
     namespace tl = kdtree::tiled;
     namespace wg = kdtree::wgmma_path;
     namespace wr = kdtree::wgmma_rows;
+    namespace ws = kdtree::wgmma_seesaw;
     using W16 = wg::Shape<16, 2, 1>;
     using W32 = wg::Shape<16, 2, 2>;
     switch (p.path) {
@@ -175,8 +180,10 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
       case kdtree::kPathWgmma32:
         e = launch_main<wg::verify_wgmma_kernel<16, 2, 2>, W32::kThreads, W32::kSmemBytes>(p, stream);
         break;
-      case kdtree::kPathWgmma64:
-        e = launch_main<wr::verify_rows_kernel, wr::kThreads, wr::kSmemBytes>(p, stream);
+      case kdtree::kPathWgmma64:  // the seesaw kernel from kSeesawMinRows rows (static sizes only)
+        e = kdtree::runs_seesaw(p.n_max, p.heads)
+            ? launch_main<ws::verify_seesaw_kernel, ws::kThreads, ws::kSmemBytes>(p, stream)
+            : launch_main<wr::verify_rows_kernel, wr::kThreads, wr::kSmemBytes>(p, stream);
         break;
       default: return static_cast<int>(cudaErrorInvalidValue);
     }

@@ -43,6 +43,13 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
+// Warpgroup register reallocation (every warp of the warpgroup executes the same one): give
+// registers back down to N per thread, or take them up to N (waits until the CTA has them).
+template <int N>
+__device__ __forceinline__ void release_registers() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
+template <int N>
+__device__ __forceinline__ void claim_registers() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }
+
 // Low 32 bits of the descriptor of a 128-byte-swizzled operand at shared address `addr`
 // (bytes) with leading byte offset `leading` (see the header comment); the high word is
 // the same for every operand here (stride 1024 bytes, 128-byte swizzle): kDescHigh.
@@ -99,6 +106,51 @@ struct MmaSS32 {
         "}, da, db, p, 1, 1, %19, 0;\n}\n"
         : KDTREE_F8(d, 0), KDTREE_F8(d, 8)
         : "r"(a), "r"(b), "r"(accumulate), "n"(0), "n"(OffA), "n"(OffB), "n"(kDescHigh));
+#endif
+  }
+};
+
+// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], both K-major in shared memory (the seesaw
+// kernel's S = Q . K^T over a whole 64-position tile by one warpgroup), offsets as for Mma.
+struct MmaSS64 {
+  template <int OffA, int OffB>
+  __device__ __forceinline__ static void run(float* d, uint32_t a, uint32_t b, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        KDTREE_WGMMA_DESC_PROLOGUE("%32, %36", "%33, %37", "%34", "%38")
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+        "}, da, db, p, 1, 1, %35, 0;\n}\n"
+        : KDTREE_F32(d, 0)
+        : "r"(a), "r"(b), "r"(accumulate), "n"(0), "n"(OffA), "n"(OffB), "n"(kDescHigh));
+#endif
+  }
+};
+
+// D[64 x 256] += A[64 x 16] . B[16 x 256], A from registers (a[0..3]: this thread's bf16
+// pairs in the layout of an m64nNk16 accumulator's k16 columns, i.e. a warpgroup's own
+// softmax output), B N-major in shared memory as for MmaSS256; offset of B as for Mma.
+struct MmaRS256 {
+  template <int OffB>
+  __device__ __forceinline__ static void run(float* d, const uint32_t* a, uint32_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b32 lb, hi;\n.reg .b64 db;\nmov.b32 hi, %134;\n"
+        "add.u32 lb, %132, %133;\nmov.b64 db, {lb, hi};\n"
+        "setp.ne.b32 p, hi, 0;\n"  // always true (the high word is never 0): accumulate
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+        "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+        "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+        "}, {%128,%129,%130,%131}, db, p, 1, 1, 1;\n}\n"
+        : KDTREE_F32(d, 0), KDTREE_F32(d, 32), KDTREE_F32(d, 64), KDTREE_F32(d, 96)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b), "n"(OffB), "n"(kDescHigh));
 #endif
   }
 };
