@@ -135,6 +135,15 @@ __device__ __forceinline__ void softmax_to_p(float* s, uint32_t p_block, int wg)
   wgmma::named_barrier(1 + wg, 128);  // this warpgroup's P complete
 }
 
+// One rows-kernel QK group waited for at once: S_w over 576 dims, as in the shipped tile.
+__device__ __forceinline__ void rows_scores(float* s, uint32_t q, uint32_t k) {
+  wgmma::fence();
+  qk32(s, q, k, std::make_integer_sequence<int, 36>{});
+  wgmma::commit();
+  wgmma::wait<0>();
+  for (int i = 0; i < 16; ++i) wgmma::pin(s[i]);
+}
+
 template <bool Overlap>
 __global__ void __launch_bounds__(256, 1) tile_probe(int tiles, float* sink) {
   extern __shared__ unsigned char smem_raw[];
@@ -151,11 +160,7 @@ __global__ void __launch_bounds__(256, 1) tile_probe(int tiles, float* sink) {
   const uint32_t p0 = base + kP + (2 * wg) * kBlock, p1 = p0 + kBlock;  // the P buffers
   if (!Overlap) {
     for (int it = 0; it < tiles; ++it) {
-      wgmma::fence();
-      qk32(s, q, k, std::make_integer_sequence<int, 36>{});
-      wgmma::commit();
-      wgmma::wait<0>();
-      for (int i = 0; i < 16; ++i) wgmma::pin(s[i]);
+      rows_scores(s, q, k);
       softmax_to_p(s, p0, wg);
       wgmma::fence();
       pv256(o, wgmma::descriptor_low(p0, 16), v, std::make_integer_sequence<int, 4>{});
@@ -164,11 +169,7 @@ __global__ void __launch_bounds__(256, 1) tile_probe(int tiles, float* sink) {
       for (int i = 0; i < 128; ++i) wgmma::pin(o[i]);
     }
   } else {
-    wgmma::fence();
-    qk32(s, q, k, std::make_integer_sequence<int, 36>{});
-    wgmma::commit();
-    wgmma::wait<0>();
-    for (int i = 0; i < 16; ++i) wgmma::pin(s[i]);
+    rows_scores(s, q, k);
     softmax_to_p(s, p0, wg);
     for (int it = 0; it < tiles; ++it) {
       wgmma::fence();
