@@ -21,11 +21,11 @@
 #include "../common/grid_dependency.cuh"
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
-#include "../common/row_result.cuh"
 #include "../common/wgmma.cuh"
 #include "../split_plan.h"
 #include "../verify_params.h"
 #include "kv_staging.cuh"
+#include "row_halves_epilogue.cuh"
 
 namespace kdtree {
 namespace wgmma_rows {
@@ -43,23 +43,6 @@ constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + 
                            4 * kRows * 4 /* row maxima and sums of each warpgroup */;
 constexpr int kThreadsPerRow = kThreads / kTile;        // KV tile copies
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
-
-// Visibility of this thread's 16 score elements in a tile that is not all prefix: bit i for
-// s[i] = row (tok_lo, or tok_hi when i & 2) at position j_first + 8 * (i / 4) + i % 2;
-// tok < 0: a padding row (nothing visible). Draft columns read from the staged bits.
-__device__ __forceinline__ uint32_t visible_bits(const uint32_t* draft_vis, int64_t prefix, int64_t j_first,
-                                                 int64_t j_end, int tok_lo, int tok_hi) {
-  uint32_t bits = 0;
-#pragma unroll 1
-  for (int i = 0; i < 16; ++i) {
-    const int tok = (i & 2) ? tok_hi : tok_lo;
-    const int64_t j = j_first + 8 * (i / 4) + (i & 1);
-    if (tok < 0 || j >= j_end) continue;
-    const int64_t d = j - prefix;
-    if (d < 0 || ((draft_vis[tok * 2 + (d >> 5)] >> (d & 31)) & 1u)) bits |= 1u << i;
-  }
-  return bits;
-}
 
 // S_w = Q . K_w^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units;
 // k_desc addresses the warpgroup's 32 positions (rows 32 w.. of each block).
@@ -170,7 +153,7 @@ verify_rows_kernel(const VerifyParams p) {
     // -- scale and mask (log2 units); this half's row maxima over the quad, then both halves'
     const uint32_t vis = j0 + kTile <= prefix && j0 + kTile <= j_end
         ? valid_bits
-        : visible_bits(draft_vis, prefix, j0 + kTile / 2 * wg + 2 * t, j_end, tok_of[0], tok_of[1]);
+        : row_visible_bits<16>(draft_vis, prefix, j0 + kTile / 2 * wg + 2 * t, j_end, tok_of[0], tok_of[1]);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
@@ -237,39 +220,8 @@ verify_rows_kernel(const VerifyParams p) {
   cp_async_wait<0>();
   allow_dependents_at_epilogue(half_idle);
 
-  // -- row sums over the quad and both warpgroups; write the final output (one split) or the split's partial state
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    if (t == 0) row_sum[wg * kRows + qrow[h]] = l_run[h];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (tok_of[h] < 0) continue;
-    const int64_t row = row_lo + 8 * h;
-    int64_t tk, head;
-    row_token_head(row, H, &tk, &head);
-    tk += qo_start;
-    const float l = row_sum[qrow[h]] + row_sum[kRows + qrow[h]], m = m_run[h];
-    const int d0 = kHalfDims * wg + 2 * t;  // this thread's columns: d0 + 8 k, + 1
-    write_row_result(
-        p, split, tk, head, m, l, wg == 0 && t == 0,
-        [&](bf16* dst, float inv) {
-          bf16* out = dst + d0;
-#pragma unroll
-          for (int k = 0; k < kHalfDims / 8; ++k)
-            *reinterpret_cast<__nv_bfloat162*>(out + 8 * k) =
-                __floats2bfloat162_rn(acc[4 * k + 2 * h] * inv, acc[4 * k + 2 * h + 1] * inv);
-        },
-        [&](float* dst) {
-          float* ws = dst + d0;
-#pragma unroll
-          for (int k = 0; k < kHalfDims / 8; ++k)
-            *reinterpret_cast<float2*>(ws + 8 * k) = make_float2(acc[4 * k + 2 * h], acc[4 * k + 2 * h + 1]);
-        });
-  }
+  // -- row sums over the quad and both warpgroups; the output rows or the split's partial state
+  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t, [] { __syncthreads(); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif

@@ -33,11 +33,11 @@
 #include "../common/mbarrier.cuh"
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
-#include "../common/row_result.cuh"
 #include "../common/wgmma.cuh"
 #include "../split_plan.h"
 #include "../verify_params.h"
 #include "kv_staging.cuh"
+#include "row_halves_epilogue.cuh"
 
 namespace kdtree {
 namespace wgmma_seesaw {
@@ -59,23 +59,6 @@ constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + 
                            kDraftWords * 4;
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
 static_assert(kStages == 2, "a pair of tiles: stage 0 holds tile a, stage 1 tile b");
-
-// Visibility of this thread's 32 score elements in a tile that is not all prefix: bit i for
-// s[i] = row (tok_lo, or tok_hi when i & 2) at position j_first + 8 * (i / 4) + i % 2;
-// tok < 0: a padding row (nothing visible). Draft columns read from the staged bits.
-__device__ __forceinline__ uint32_t visible_bits(const uint32_t* draft_vis, int64_t prefix, int64_t j_first,
-                                                 int64_t j_end, int tok_lo, int tok_hi) {
-  uint32_t bits = 0;
-#pragma unroll 1
-  for (int i = 0; i < 32; ++i) {
-    const int tok = (i & 2) ? tok_hi : tok_lo;
-    const int64_t j = j_first + 8 * (i / 4) + (i & 1);
-    if (tok < 0 || j >= j_end) continue;
-    const int64_t d = j - prefix;
-    if (d < 0 || ((draft_vis[tok * 2 + (d >> 5)] >> (d & 31)) & 1u)) bits |= 1u << i;
-  }
-  return bits;
-}
 
 // S = Q . K^T over 576 dims for a whole tile: step i = (column block i / 4, k16 step i % 4),
 // offsets in 16-byte units (Q and the tile have the same block layout).
@@ -134,7 +117,7 @@ __device__ __forceinline__ void release_stage(uint32_t full_s, uint32_t empty_s,
 }
 
 // Scale and mask a tile's scores (log2 units) in place; returns this thread's two row maxima
-// over the quad in mx[0..1]. `vis`: visible_bits() of the tile.
+// over the quad in mx[0..1]. `vis`: row_visible_bits() of the tile.
 __device__ __forceinline__ void mask_and_row_max(float* s, uint32_t vis, float scale, float* mx) {
   mx[0] = mx[1] = -INFINITY;
 #pragma unroll
@@ -295,7 +278,7 @@ verify_seesaw_kernel(const VerifyParams p) {
       }
       const uint32_t vis = j_own + kTile <= prefix && j_own + kTile <= j_end
           ? valid_bits
-          : visible_bits(draft_vis, prefix, j_own + 2 * t, j_end, tok_of[0], tok_of[1]);
+          : row_visible_bits<32>(draft_vis, prefix, j_own + 2 * t, j_end, tok_of[0], tok_of[1]);
       mask_and_row_max(s, vis, scale, mx);
     }
 
@@ -396,39 +379,8 @@ verify_seesaw_kernel(const VerifyParams p) {
   cp_async_wait<0>();
   allow_dependents_at_epilogue(half_idle);
 
-  // -- row sums over the quad and both warpgroups; write the final output (one split) or the split's partial state
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    if (t == 0) row_sum[wg * kRows + qrow[h]] = l_run[h];
-  }
-  wgmma::named_barrier(3, kConsumers);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (tok_of[h] < 0) continue;
-    const int64_t row = row_lo + 8 * h;
-    int64_t tk, head;
-    row_token_head(row, H, &tk, &head);
-    tk += qo_start;
-    const float l = row_sum[qrow[h]] + row_sum[kRows + qrow[h]], m = m_run[h];
-    const int d0 = kHalfDims * wg + 2 * t;  // this thread's columns: d0 + 8 k, + 1
-    write_row_result(
-        p, split, tk, head, m, l, wg == 0 && t == 0,
-        [&](bf16* dst, float inv) {
-          bf16* out = dst + d0;
-#pragma unroll
-          for (int k = 0; k < kHalfDims / 8; ++k)
-            *reinterpret_cast<__nv_bfloat162*>(out + 8 * k) =
-                __floats2bfloat162_rn(acc[4 * k + 2 * h] * inv, acc[4 * k + 2 * h + 1] * inv);
-        },
-        [&](float* dst) {
-          float* ws = dst + d0;
-#pragma unroll
-          for (int k = 0; k < kHalfDims / 8; ++k)
-            *reinterpret_cast<float2*>(ws + 8 * k) = make_float2(acc[4 * k + 2 * h], acc[4 * k + 2 * h + 1]);
-        });
-  }
+  // -- row sums over the quad and both warpgroups; the output rows or the split's partial state
+  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t, [] { wgmma::named_barrier(3, kConsumers); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif
