@@ -21,26 +21,34 @@ constexpr int kMinChunkWgmma = 128;   // wgmma path: fewest KV positions a split
 // Wgmma: Hopper warpgroup MMAs, two warpgroups per CTA, 64-position KV tiles in two
 // stages (sm_90a only): 16 or 32 rows transposed (rows as the MMA's N; one warpgroup
 // computing 16 rows and one only copying, or two of 16), or 64 rows as the MMA's M: below
-// kSeesawMinRows rows (draft tokens x heads) each warpgroup computes the scores of half a
-// tile's positions and half of the value dims, tile after tile; from kSeesawMinRows rows the
-// seesaw kernel (wgmma/verify_kernel_seesaw.cuh: each warpgroup a whole tile's scores, the two
-// overlapping softmax and MMAs, a third warpgroup copying); 169,728-231,968 bytes of shared
-// memory.
+// the seesaw threshold (runs_seesaw(): rows = draft tokens x heads, and the batch size) each
+// warpgroup computes the scores of half a tile's positions and half of the value dims, tile
+// after tile; from it the seesaw kernel (wgmma/verify_kernel_seesaw.cuh: each warpgroup a
+// whole tile's scores, the two overlapping softmax and MMAs, a third warpgroup copying);
+// 169,728-231,968 bytes of shared memory.
 enum KernelPath : int64_t {
   kPathPortable = 0, kPathTiled32 = 1, kPathTiled64 = 2,
   kPathWgmma16 = 3, kPathWgmma32 = 4, kPathWgmma64 = 5,
 };
 
-// The 64-row wgmma path runs the seesaw kernel from this many rows per request (measured on
-// the H200 against the tile-after-tile kernel, same run: 1.03-1.14x at ctx 32k-128k from 256
-// rows, 0.95-1.02x at ctx 4k; 0.90-0.96x at 64 rows, 0.96-1.02x at 128). -DKDTREE_ROWS_SERIAL
-// never runs it (A/B).
+// The 64-row wgmma path runs the seesaw kernel from kSeesawMinRows rows per request, and from
+// kSeesawMinRowsLargeBatch rows in batches of kSeesawLargeBatch requests or more. Measured on
+// the H200 against the tile-after-tile kernel, same run: from 256 rows 1.03-1.14x at ctx
+// 32k-128k, 0.95-1.02x at ctx 4k; at 64 rows 0.90-0.96x; at 128 rows 1.02-1.04x at bs 128,
+// 1.05x at bs 32 with mixed lengths and 0.99-1.01x with equal ones, 0.88-1.06x at bs 1-8
+// (slower at ctx <= 16k: its larger fixed cost per CTA is spread over few tiles).
+// -DKDTREE_ROWS_SERIAL never runs it; -DKDTREE_SEESAW_ROWS_ONLY keeps the 256-row threshold
+// at every batch size (A/B).
 constexpr int64_t kSeesawMinRows = 256;
-inline bool runs_seesaw(int64_t n_max, int64_t heads) {
+constexpr int64_t kSeesawMinRowsLargeBatch = 128;
+constexpr int64_t kSeesawLargeBatch = 32;
+inline bool runs_seesaw(int64_t n_max, int64_t heads, int64_t bs) {
 #if defined(KDTREE_ROWS_SERIAL)
   return false;
-#else
+#elif defined(KDTREE_SEESAW_ROWS_ONLY)
   return n_max * heads >= kSeesawMinRows;
+#else
+  return n_max * heads >= (bs >= kSeesawLargeBatch ? kSeesawMinRowsLargeBatch : kSeesawMinRows);
 #endif
 }
 

@@ -102,8 +102,8 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
   const int64_t rows = n_max * heads;
   const int64_t tiled = rows > 32 ? kdtree::kPathTiled64 : kdtree::kPathTiled32;
   // wgmma: 64-row CTAs past 32 rows (the rows kernel measured 1.02-1.23x over two transposed
-  // warpgroups of 32 on the H200; from kSeesawMinRows rows the launch runs the seesaw kernel,
-  // split_plan.h); at 16 or 32 rows the transposed kernel, which pads nothing (the rows
+  // warpgroups of 32 on the H200; from the seesaw threshold the launch runs the seesaw kernel,
+  // split_plan.h: runs_seesaw); at 16 or 32 rows the transposed kernel, which pads nothing (the rows
   // kernel pads them to 64 and measured 0.88-0.97x there, 0.95-1.02x with the scores split
   // by position)
   const int64_t wgmma = rows > 32 ? kdtree::kPathWgmma64
@@ -181,8 +181,8 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
       case kdtree::kPathWgmma32:
         e = launch_main<wg::verify_wgmma_kernel<16, 2, 2>, W32::kThreads, W32::kSmemBytes>(p, stream);
         break;
-      case kdtree::kPathWgmma64:  // the seesaw kernel from kSeesawMinRows rows (static sizes only)
-        e = kdtree::runs_seesaw(p.n_max, p.heads)
+      case kdtree::kPathWgmma64:  // the seesaw kernel from its threshold (runs_seesaw: static sizes only)
+        e = kdtree::runs_seesaw(p.n_max, p.heads, p.bs)
             ? launch_main<ws::verify_seesaw_kernel, ws::kThreads, ws::kSmemBytes>(p, stream)
             : launch_main<wr::verify_rows_kernel, wr::kThreads, wr::kSmemBytes>(p, stream);
         break;

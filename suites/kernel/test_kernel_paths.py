@@ -23,6 +23,7 @@ CASES = (
     VerifyCase(ctx=(0, 1, 63, 64, 65, 500, 4097), n=8, heads=8, seed=36,
                indptr_dtype="int64", mask_dtype="uint8"),
     VerifyCase(ctx=(0, 300, 5000), n=33, heads=8, tree="topk", boundary=True, seed=37),
+    VerifyCase(ctx=(0, 1, 65, 300, 700, 2048, 4097, 64) * 4, n=16, heads=8, seed=38),  # bs 32 x 128 rows
 )
 
 

@@ -1,7 +1,8 @@
 // Shared by both wgmma kernels: the KV tile layout in shared memory (64 positions, nine
 // 128-byte-swizzled column blocks, two stages), its cp.async gather (the top of a loop
 // iteration, the draft positions' V), the staging of the query rows and of a request's
-// draft visibility bits, and the softmax's 2^x.
+// draft visibility bits, a score fragment's visible elements (row_visible_bits), and the
+// softmax's 2^x.
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>

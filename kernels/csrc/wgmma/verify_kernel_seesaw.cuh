@@ -37,7 +37,7 @@
 #include "../split_plan.h"
 #include "../verify_params.h"
 #include "kv_staging.cuh"
-#include "row_halves_epilogue.cuh"
+#include "row_halves.cuh"
 
 namespace kdtree {
 namespace wgmma_seesaw {
@@ -189,15 +189,8 @@ verify_seesaw_kernel(const VerifyParams p) {
 
   // this thread's rows: row_lo = row0 + 16 warp + g (s[4k], s[4k + 1]) and row_lo + 8
   // (s[4k + 2], s[4k + 3]); their draft tokens (-1: padding)
-  const int64_t row_lo = row0 + 16 * warp + g;
   int tok_of[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int64_t tok = -1, head;
-    if (row_lo + 8 * h < rows) row_token_head(row_lo + 8 * h, H, &tok, &head);
-    tok_of[h] = static_cast<int>(tok);
-  }
-  const uint32_t valid_bits = (tok_of[0] >= 0 ? 0x33333333u : 0u) | (tok_of[1] >= 0 ? 0xCCCCCCCCu : 0u);
+  const uint32_t valid_bits = row_tokens<32>(row0 + 16 * warp + g, rows, H, tok_of);
   const int qrow[2] = {16 * warp + g, 16 * warp + g + 8};  // this thread's rows in the block
 
   float acc[kHalfDims / 2];  // acc[4k + e]: row lo/hi (e / 2), dim 256 wg + 8k + 2t + e % 2

@@ -1,8 +1,9 @@
-// The 64-row wgmma kernels' epilogue (verify_kernel_rows.cuh, verify_kernel_seesaw.cuh): each
-// of the two computing warpgroups holds half of O's value dims for the CTA's 64 rows and its
-// own share of each row's sum l. The row sums meet in shared memory, then every real row's
-// result is written (common/row_result.cuh): the output row with one split, else the split's
-// partial state, each thread its own elements.
+// The 64-row wgmma kernels' rows per thread (verify_kernel_rows.cuh, verify_kernel_seesaw.cuh):
+// each thread of the two computing warpgroups holds two of the CTA's 64 rows (row_tokens())
+// and, for them, half of O's value dims and its own share of each row's sum l. At the end the
+// row sums meet in shared memory, then every real row's result is written
+// (common/row_result.cuh): the output row with one split, else the split's partial state,
+// each thread its own elements (write_row_halves()).
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -13,6 +14,23 @@
 
 namespace kdtree {
 namespace wgmma_path {
+
+// The draft tokens tok_of[h] (-1: padding, past the request's `rows`) of this thread's two
+// rows, request rows row_lo and row_lo + 8 (row_lo = the CTA's first row + 16 warp + g; MMA
+// fragment rows: elements 4k + 2h, 4k + 2h + 1 of an accumulator). Returns the bits of a
+// fragment of `kElems` elements that belong to real rows.
+template <int kElems>
+__device__ __forceinline__ uint32_t row_tokens(int64_t row_lo, int64_t rows, int64_t heads, int* tok_of) {
+  static_assert(kElems == 16 || kElems == 32, "a 32- or 64-position tile of scores");
+  constexpr uint32_t kLo = kElems == 16 ? 0x3333u : 0x33333333u;  // elements of row h = 0
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t tok = -1, head;
+    if (row_lo + 8 * h < rows) row_token_head(row_lo + 8 * h, heads, &tok, &head);
+    tok_of[h] = static_cast<int>(tok);
+  }
+  return (tok_of[0] >= 0 ? kLo : 0u) | (tok_of[1] >= 0 ? kLo << 2 : 0u);
+}
 
 // Thread (warpgroup wg, quad lane t) of the two computing warpgroups, whose rows are
 // qrow[h] = 16 warp + g + 8 h of the CTA (request rows row0 + qrow[h]; tok_of[h] < 0:
