@@ -1,21 +1,23 @@
 """The kernel benchmark: ``kdtree-gate bench`` (or ``python -m kdgate.perf_bench``).
 
-In one process on one GPU: measures the copy-bandwidth and matmul ceilings, then for
-every case of the chosen matrix times the kdtree kernel (whole call, its main kernel
-alone and its combine alone), SGLang's ``extend_attention_fwd`` (every case) and
-``verify_shared_kv_fwd`` (chains) on identical inputs, and checks the kernel's output
-against Triton's on the same inputs (a benchmark of a wrong kernel is worthless). Writes
-``bench.json`` (schema below), ``bench.md`` (the table) and ``bench.png`` (time and
-fraction of roofline vs context) into ``--out``, and prints the table last. ``--paths
-tiled,wgmma`` also times each named kernel path (``KDTREE_KERNEL_PATH``) on the same
-inputs in the same run and checks its output against the default path's. ``--baseline
-FILE`` compares each case's fraction of roofline with a committed baseline (exit 1 on a
-drop > tolerance, 2 when it cannot be compared: another GPU model, or not a benchmark
-result).
+In one process on one GPU: measures the copy-bandwidth and matmul ceilings (several times,
+spread over the run; the figures use the best of each), then for every case of the chosen
+matrix times the kdtree kernel (whole call, its main kernel alone and its combine alone),
+SGLang's ``extend_attention_fwd`` (every case) and ``verify_shared_kv_fwd`` (chains) on
+identical inputs, and checks the kernel's output against Triton's on the same inputs (a
+benchmark of a wrong kernel is worthless). Writes ``bench.json`` (schema below),
+``bench.md`` (the table) and ``bench.png`` (time and fraction of roofline vs context) into
+``--out``, and prints the table last. ``--paths tiled,wgmma`` also times each named kernel
+path (``KDTREE_KERNEL_PATH``) on the same inputs in the same run and checks its output
+against the default path's. ``--baseline FILE`` compares each case's fraction of roofline
+with a committed baseline (exit 1 on a drop > tolerance, 2 when it cannot be compared:
+another GPU model, or not a benchmark result).
 
 ``bench.json``: {"schema": 1, "matrix", "environment", "ceilings": {copy_gbps,
-matmul_tflops}, "cases": [{id, case fields, lengths, splits, kernel {median_us, ...},
-main_us, combine_us, combine_share, combine_in_call_share, figures {gbps, tflops,
+matmul_tflops} (the best of "ceiling_samples": [{after_cases, copy_gbps, matmul_tflops}],
+``--ceiling-samples`` of them spread over the run), "cases": [{id, case fields,
+lengths_sum, lengths_min, lengths_max, splits, kernel {median_us, ...}, main_us,
+combine_us, combine_share, combine_in_call_share, figures {gbps, tflops,
 roofline_fraction, ...}, extend_us, verify_shared_us, speedup_extend,
 speedup_verify_shared, max_abs_diff, path, rel_l2_vs_triton, paths: {NAME: {median_us,
 path, speedup, roofline_fraction, max_abs_diff} or {error}}}], "launch_floor":
@@ -79,12 +81,12 @@ def kernel_path(name: str):
             os.environ["KDTREE_KERNEL_PATH"] = before
 
 
-def bench_paths(paths, args, kwargs, out, kernel_out, main_us, lengths, case, ceilings, flush, reps) -> dict:
+def bench_paths(paths, args, kwargs, out, kernel_out, main_us, flush, reps) -> dict:
     """Each named kernel path timed on the case's inputs, its output compared with the
-    default path's (``kernel_out``); a path this device cannot run gets {"error": ...}."""
+    default path's (``kernel_out``); a path this device cannot run gets {"error": ...}.
+    Fractions of roofline are added by ``figure_case``."""
     import torch
 
-    from kdgate import roofline
     from kdgate.gpu_timing import time_call
     from kdtree.verify_op import launch_part, tree_verify_fwd
 
@@ -102,19 +104,30 @@ def bench_paths(paths, args, kwargs, out, kernel_out, main_us, lengths, case, ce
             torch.cuda.synchronize()
             diff = (out.float() - kernel_out).abs()
             found[name] = {"median_us": t.median_us, "path": plan_name, "speedup": main_us / t.median_us,
-                           "roofline_fraction": roofline.figures(lengths, case.n, case.heads, t.median_us,
-                                                                 ceilings)["roofline_fraction"],
                            "max_abs_diff": float(diff.max()) if torch.isfinite(diff).all() else float("nan")}
     return found
 
 
+def figure_case(record: dict, lengths: list[int], ceilings) -> None:
+    """(Re)writes a case record's ``figures`` and each timed path's ``roofline_fraction``
+    against ``ceilings`` (the run's best ceilings once the run is done)."""
+    from kdgate import roofline
+
+    record["figures"] = roofline.figures(lengths, record["n"], record["heads"], record["kernel"]["median_us"],
+                                         ceilings)
+    for got in record.get("paths", {}).values():
+        if "median_us" in got:
+            got["roofline_fraction"] = roofline.figures(lengths, record["n"], record["heads"], got["median_us"],
+                                                        ceilings)["roofline_fraction"]
+
+
 def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_s: float = 1.0,
-               baselines: bool = True, paths: tuple[str, ...] = ()) -> dict:
-    """Times one case; see the module docstring for the record's fields."""
+               baselines: bool = True, paths: tuple[str, ...] = ()) -> tuple[dict, list[int]]:
+    """Times one case; returns its record (see the module docstring for the fields; figures
+    against ``ceilings``) and the request lengths it ran."""
     import torch
 
     from kdgate import baselines as sglang_kernels
-    from kdgate import roofline
     from kdgate.gpu_timing import time_call
     from kdgate.perf_inputs import build_perf_inputs
     from kdtree.verify_op import launch_part, tree_verify_fwd
@@ -141,14 +154,13 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
     # adds inside a call (whole call - main alone; partials still in L2): each / whole call
     record["combine_share"] = min(record["combine_us"] / kernel.median_us, 1.0)
     record["combine_in_call_share"] = min(max(kernel.median_us - record["main_us"], 0.0) / kernel.median_us, 1.0)
-    record["figures"] = roofline.figures(lengths, case.n, case.heads, kernel.median_us, ceilings)
     tree_verify_fwd(*args, **kwargs)
     torch.cuda.synchronize()
     kernel_out = out.float()
     record["kernel_output_finite"] = bool(torch.isfinite(kernel_out).all())
     if paths:
-        record["paths"] = bench_paths(paths, args, kwargs, out, kernel_out, kernel.median_us, lengths,
-                                      case, ceilings, flush, reps)
+        record["paths"] = bench_paths(paths, args, kwargs, out, kernel_out, kernel.median_us, flush, reps)
+    figure_case(record, lengths, ceilings)
 
     record.update(extend_us=None, verify_shared_us=None, speedup_extend=None,
                   speedup_verify_shared=None, max_abs_diff=None, rel_l2_vs_triton=None)
@@ -174,7 +186,7 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
                 record["speedup_verify_shared"] = t.median_us / kernel.median_us
     del inputs, out, args, kwargs
     torch.cuda.empty_cache()
-    return record
+    return record, lengths
 
 
 def layer_loop(case: PerfCase, layers: int = 61) -> dict:
@@ -192,18 +204,47 @@ def layer_loop(case: PerfCase, layers: int = 61) -> dict:
     return {"id": case.id, **case.as_dict(), "layers": layers, "per_call_us": time_sequence(calls)}
 
 
+CEILING_SAMPLES = 8
+
+
+def ceiling_sample_points(n_cases: int, samples: int = CEILING_SAMPLES) -> list[int]:
+    """After how many finished cases the run measures its ceilings: 0 (before the first
+    case), ``n_cases`` (after the last) and the rest spread evenly between, so the run's
+    ceilings are the best of the same number of samples whatever its length (fewer when
+    there are fewer cases than samples)."""
+    if samples < 2:
+        raise ValueError(f"samples must be >= 2 (one before the cases, one after), got {samples}")
+    if n_cases < 0:
+        raise ValueError(f"n_cases must be >= 0, got {n_cases}")
+    return sorted({round(k * n_cases / (samples - 1)) for k in range(samples)})
+
+
 def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
         baselines: bool = True, progress=print, with_layer_loop: bool = True,
-        paths: tuple[str, ...] = ()) -> dict:
+        paths: tuple[str, ...] = (), ceiling_samples: int = CEILING_SAMPLES) -> dict:
+    """Benchmarks ``cases``; the ceilings are measured ``ceiling_samples`` times spread over
+    the run (ceiling_sample_points) and every case's figures use the best of them."""
     import torch
 
     from kdgate.gpu_timing import L2Flush, launch_floor, measure_ceilings
+    from kdgate.roofline import Ceilings, best_of
 
     if not torch.cuda.is_available():
         raise RuntimeError("not run: no CUDA GPU on this host (torch.cuda.is_available() is False)")
     env = environment()
-    ceilings = measure_ceilings()
-    progress(f"ceilings: copy {ceilings.copy_gbps:.0f} GB/s, bf16 matmul {ceilings.matmul_tflops:.0f} TFLOP/s")
+    points = ceiling_sample_points(len(cases), ceiling_samples)
+    samples = []
+
+    def sample_ceilings(done: int):
+        got = measure_ceilings()
+        samples.append({"after_cases": done, **got.as_dict()})
+        progress(f"ceilings after {done} cases: copy {got.copy_gbps:.0f} GB/s, bf16 matmul "
+                 f"{got.matmul_tflops:.0f} TFLOP/s")
+
+    def best():
+        return best_of(Ceilings(s["copy_gbps"], s["matmul_tflops"]) for s in samples)
+
+    sample_ceilings(0)
     flush = L2Flush("cuda")
     floor = launch_floor(flush)
     progress(f"launch floor: one 1-element kernel {floor['one_kernel_us']:.1f} us, two "
@@ -212,18 +253,25 @@ def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
     records = []
     for i, case in enumerate(cases, 1):
         started = time.perf_counter()
-        rec = bench_case(case, ceilings, flush, reps, baseline_budget_s, baselines, paths)
-        records.append(rec)
+        rec, lengths = bench_case(case, best(), flush, reps, baseline_budget_s, baselines, paths)
+        records.append((rec, lengths))
         progress(f"[{i}/{len(cases)}] {case.id}: {rec['kernel']['median_us']:.1f} us, "
-                 f"{rec['figures']['roofline_fraction']:.2f} of roofline"
+                 f"{rec['figures']['roofline_fraction']:.2f} of roofline (ceilings so far)"
                  + (f", {rec['speedup_extend']:.0f}x extend" if rec["speedup_extend"] else "")
                  + f" ({time.perf_counter() - started:.1f}s)")
+        if i in points:
+            sample_ceilings(i)
+    ceilings = best()
+    for rec, lengths in records:
+        figure_case(rec, lengths, ceilings)
+    progress(f"the run's ceilings, best of {len(samples)} samples: copy {ceilings.copy_gbps:.0f} GB/s, "
+             f"bf16 matmul {ceilings.matmul_tflops:.0f} TFLOP/s")
     loop = None
     if with_layer_loop:
         loop = layer_loop(PerfCase(1, 1024, 8, 8, "tree"))
         progress(f"layer loop {loop['id']}: {loop['per_call_us']:.2f} us per call in a CUDA graph")
-    return {"schema": SCHEMA, "environment": env, "ceilings": ceilings.as_dict(),
-            "cases": records, "launch_floor": floor, "layer_loop": loop}
+    return {"schema": SCHEMA, "environment": env, "ceilings": ceilings.as_dict(), "ceiling_samples": samples,
+            "cases": [rec for rec, _ in records], "launch_floor": floor, "layer_loop": loop}
 
 
 def _fmt(value, spec):
@@ -233,8 +281,7 @@ def _fmt(value, spec):
 def table(result: dict) -> str:
     """The summary as a Markdown table (one row per case)."""
     c = result["ceilings"]
-    lines = [f"Ceilings measured in this run: copy {c['copy_gbps']:.0f} GB/s, bf16 matmul "
-             f"{c['matmul_tflops']:.0f} TFLOP/s. Kernel build {result['environment'].get('kernel_build')}.",
+    lines = [f"{ceiling_line(result)} Kernel build {result['environment'].get('kernel_build')}.",
              "",
              "| case | bound | kernel µs | floor µs | roofline | GB/s (of copy) | TFLOP/s (of mm) "
              "| combine alone (in call) | splits | extend µs | × extend | verify_shared µs | × shared "
@@ -274,6 +321,21 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def ceiling_line(result: dict) -> str:
+    """One sentence: the ceilings the run's figures use and, when the run sampled them
+    more than once, how many samples and their spread."""
+    c = result["ceilings"]
+    line = (f"Ceilings measured in this run: copy {c['copy_gbps']:.0f} GB/s, bf16 matmul "
+            f"{c['matmul_tflops']:.0f} TFLOP/s")
+    samples = result.get("ceiling_samples") or []
+    if len(samples) > 1:
+        copy = [s["copy_gbps"] for s in samples]
+        mm = [s["matmul_tflops"] for s in samples]
+        line += (f" (the best of {len(samples)} samples spread over the run: copy {min(copy):.0f}–"
+                 f"{max(copy):.0f} GB/s, matmul {min(mm):.0f}–{max(mm):.0f} TFLOP/s)")
+    return line + "."
+
+
 def context_lines(result: dict) -> list[str]:
     """The run's launch floor (part of every measured call; no kernel removes it) and its
     layer loop, one sentence each (none for what the result does not hold)."""
@@ -297,6 +359,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help="comma-separated substrings: keep cases whose id contains one")
     parser.add_argument("--out", type=Path, default=Path("reports/bench"), help="output directory")
     parser.add_argument("--reps", type=int, default=30, help="timed replays per kernel case (median)")
+    parser.add_argument("--ceiling-samples", type=int, default=CEILING_SAMPLES,
+                        help="times the copy and matmul ceilings are measured, spread over the run; "
+                             f"the figures use the best (default {CEILING_SAMPLES}, at least 2)")
     parser.add_argument("--baseline-budget-s", type=float, default=1.0,
                         help="seconds of timed replays allowed per SGLang baseline and case")
     parser.add_argument("--no-baselines", action="store_true", help="time the kdtree kernel only")
@@ -310,6 +375,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps must be >= 1, got {args.reps}")
+    if args.ceiling_samples < 2:
+        parser.error(f"--ceiling-samples must be >= 2 (one before the cases, one after), got {args.ceiling_samples}")
     if not 0 <= args.tolerance < 1:
         parser.error(f"--tolerance must be in [0, 1), got {args.tolerance}")
     if args.baseline_budget_s <= 0:
@@ -350,7 +417,8 @@ def main(argv=None) -> int:
         return 2
     try:
         result = run(cases, args.reps, args.baseline_budget_s, not args.no_baselines,
-                     progress=lambda line: print(line, flush=True), paths=args.paths)
+                     progress=lambda line: print(line, flush=True), paths=args.paths,
+                     ceiling_samples=args.ceiling_samples)
     except RuntimeError as exc:
         print(str(exc), file=sys.stderr)
         return 2

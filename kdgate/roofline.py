@@ -4,7 +4,8 @@ One cached token is 576 bf16 = 1152 B, read once per request; one query row (dra
 x head) costs 2 * (576 + 512) = 2176 FLOP per visible position. As issue #7 counts them:
 bytes = sum over requests of (ctx + N) * 1152, FLOPs = sum of N * H * (ctx + N) * 2176.
 The floor is max(bytes / copy bandwidth, FLOPs / matmul rate), both measured on the same
-device in the same run; a kernel's fraction of the roofline is floor / measured time.
+device in the same run (the best of several samples spread over it, ``best_of``); a
+kernel's fraction of the roofline is floor / measured time.
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ class Ceilings:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def best_of(samples) -> Ceilings:
+    """The best rate each ceiling reached over ``samples`` (Ceilings measured at several
+    points of one run): a ceiling is the most the part delivers, and a sample lands low
+    when the part is throttled or busy, never high. ValueError when there is none."""
+    samples = list(samples)
+    if not samples:
+        raise ValueError("samples must hold at least one Ceilings, got none")
+    return Ceilings(copy_gbps=max(c.copy_gbps for c in samples),
+                    matmul_tflops=max(c.matmul_tflops for c in samples))
 
 
 def call_bytes(ctx: list[int] | tuple[int, ...], n: int) -> int:

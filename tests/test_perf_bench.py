@@ -12,7 +12,7 @@ import torch
 from kdgate import roofline
 from kdgate.perf_baseline import compare, load_baseline, write_baseline
 from kdgate.perf_bench import main as bench_main
-from kdgate.perf_bench import parse_args, select, table
+from kdgate.perf_bench import ceiling_sample_points, figure_case, parse_args, select, table
 from kdgate.perf_inputs import build_perf_inputs, paged_slots, request_lengths
 from kdgate.perf_matrix import PerfCase, matrix
 from kdgate.perf_plot import plot_bench
@@ -40,6 +40,38 @@ def test_figures_are_ratios_of_the_measured_ceilings():
         roofline.figures([16384], 4, 8, 0.0, H200)
     with pytest.raises(ValueError, match="copy_gbps"):
         roofline.Ceilings(copy_gbps=0, matmul_tflops=1)
+
+
+def test_the_runs_ceilings_are_each_ceilings_best_sample():
+    samples = [roofline.Ceilings(4000.0, 700.0), roofline.Ceilings(4200.0, 650.0), roofline.Ceilings(3900.0, 790.0)]
+    assert roofline.best_of(samples) == roofline.Ceilings(4200.0, 790.0)
+    assert roofline.best_of(iter(samples[:1])) == samples[0]
+    with pytest.raises(ValueError, match="samples"):
+        roofline.best_of([])
+
+
+def test_ceiling_samples_are_spread_over_the_whole_run():
+    points = ceiling_sample_points(29, 8)
+    assert points == [0, 4, 8, 12, 17, 21, 25, 29]  # before the first case, after the last
+    assert len(ceiling_sample_points(146, 8)) == 8  # the same count for the full matrix
+    assert ceiling_sample_points(1, 8) == [0, 1] and ceiling_sample_points(0, 8) == [0]
+    with pytest.raises(ValueError, match="samples"):
+        ceiling_sample_points(29, 1)
+    with pytest.raises(ValueError, match="n_cases"):
+        ceiling_sample_points(-1, 8)
+
+
+def test_figures_are_rewritten_against_the_runs_final_ceilings():
+    record = {"n": 4, "heads": 8, "kernel": {"median_us": 20.0},
+              "paths": {"tiled": {"median_us": 40.0}, "portable": {"error": "does not fit"}}}
+    figure_case(record, [16384], H200)
+    first = record["figures"]["roofline_fraction"]
+    assert record["paths"]["tiled"]["roofline_fraction"] == pytest.approx(first / 2)
+    faster_copy = roofline.Ceilings(copy_gbps=2 * H200.copy_gbps, matmul_tflops=H200.matmul_tflops)
+    figure_case(record, [16384], faster_copy)  # memory-bound: half the floor
+    assert record["figures"]["roofline_fraction"] == pytest.approx(first / 2)
+    assert record["paths"]["tiled"]["roofline_fraction"] == pytest.approx(first / 4)
+    assert record["paths"]["portable"] == {"error": "does not fit"}
 
 
 def test_full_matrix_covers_every_axis_of_the_issue():
@@ -142,7 +174,7 @@ def test_baselines_are_never_replaced(tmp_path):
 
 @pytest.mark.parametrize("argv", [["--reps", "0"], ["--tolerance", "1.5"], ["--matrix", "huge"],
                                   ["--baseline", "/nonexistent.json"], ["--baseline-budget-s", "0"],
-                                  ["--paths", "tiled,fastest"]])
+                                  ["--paths", "tiled,fastest"], ["--ceiling-samples", "1"]])
 def test_bad_cli_arguments_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_args(argv)
@@ -166,6 +198,11 @@ def test_table_and_picture_from_a_result(tmp_path):
     result["cases"][0]["combine_in_call_share"] = 0.031
     assert "| 0.05 (0.03) | 4 |" in table(result)
     assert "Launch floor" not in table(result)
+    assert "Ceilings measured in this run: copy 4000 GB/s, bf16 matmul 800 TFLOP/s." in text
+    result["ceiling_samples"] = [{"after_cases": 0, "copy_gbps": 3900.0, "matmul_tflops": 800.0},
+                                 {"after_cases": 1, "copy_gbps": 4000.0, "matmul_tflops": 700.0}]
+    assert ("(the best of 2 samples spread over the run: copy 3900–4000 GB/s, matmul 700–800 TFLOP/s)"
+            in table(result))
     result["launch_floor"] = {"one_kernel_us": 3.6, "two_kernels_us": 5.1, "loop_two_kernels_us": 2.32}
     text = table(result)
     assert ("one 1-element kernel 3.6 µs, two 5.1 µs; two per call in a 61-call loop 2.32 µs "

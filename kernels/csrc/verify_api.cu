@@ -101,11 +101,11 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
     return 2;
   const int64_t rows = n_max * heads;
   const int64_t tiled = rows > 32 ? kdtree::kPathTiled64 : kdtree::kPathTiled32;
-  // wgmma: 64-row CTAs past 32 rows (the rows kernel measured 1.02-1.23x over two transposed
-  // warpgroups of 32 on the H200; from the seesaw threshold the launch runs the seesaw kernel,
-  // split_plan.h: runs_seesaw); at 16 or 32 rows the transposed kernel, which pads nothing (the rows
-  // kernel pads them to 64 and measured 0.88-0.97x there, 0.95-1.02x with the scores split
-  // by position)
+  // wgmma: 64-row CTAs past 32 rows (the rows kernel measured 1.02-1.23x over two
+  // transposed warpgroups of 32 on the H200; from the seesaw threshold the launch runs the
+  // seesaw kernel, split_plan.h: runs_seesaw); at 16 or 32 rows the transposed kernel, which
+  // pads nothing (the rows kernel pads them to 64 and measured 0.88-0.97x there, 0.95-1.02x
+  // with the scores split by position)
   const int64_t wgmma = rows > 32 ? kdtree::kPathWgmma64
                         : rows > 16 ? kdtree::kPathWgmma32 : kdtree::kPathWgmma16;
   const bool tiled_fits = kdtree_path_smem(tiled) <= smem_optin;

@@ -1,7 +1,7 @@
 // Shared by both wgmma kernels: the KV tile layout in shared memory (64 positions, nine
 // 128-byte-swizzled column blocks, two stages), its cp.async gather (the top of a loop
 // iteration, the draft positions' V), the staging of the query rows and of a request's
-// draft visibility bits, a score fragment's visible elements (row_visible_bits), and the
+// draft visibility bits (read per fragment by row_halves.cuh: row_visible_bits), and the
 // softmax's 2^x.
 #pragma once
 #include <cuda_bf16.h>
@@ -147,27 +147,6 @@ __device__ __forceinline__ void stage_draft_visibility(const VerifyParams& p, in
       if (lane == 0 && item < items) draft_vis[item] = word;
     }
   }
-}
-
-// The 64-row kernels' (rows, seesaw) visibility of a thread's ELEMS score elements in a tile
-// that is not all prefix: bit i for s[i] = row (tok_lo, or tok_hi when i & 2) at position
-// j_first + 8 * (i / 4) + i % 2; tok < 0: a padding row (nothing visible). Draft columns read
-// from the staged bits (stage_draft_visibility). A rolled loop: only boundary tiles come
-// here, and it keeps the scores in registers.
-template <int ELEMS>
-__device__ __forceinline__ uint32_t row_visible_bits(const uint32_t* draft_vis, int64_t prefix, int64_t j_first,
-                                                     int64_t j_end, int tok_lo, int tok_hi) {
-  static_assert(ELEMS <= 32, "one bit per element in 32 bits");
-  uint32_t bits = 0;
-#pragma unroll 1
-  for (int i = 0; i < ELEMS; ++i) {
-    const int tok = (i & 2) ? tok_hi : tok_lo;
-    const int64_t j = j_first + 8 * (i / 4) + (i & 1);
-    if (tok < 0 || j >= j_end) continue;
-    const int64_t d = j - prefix;
-    if (d < 0 || ((draft_vis[tok * 2 + (d >> 5)] >> (d & 31)) & 1u)) bits |= 1u << i;
-  }
-  return bits;
 }
 
 }  // namespace wgmma_path

@@ -1,6 +1,7 @@
 // The 64-row wgmma kernels' rows per thread (verify_kernel_rows.cuh, verify_kernel_seesaw.cuh):
-// each thread of the two computing warpgroups holds two of the CTA's 64 rows (row_tokens())
-// and, for them, half of O's value dims and its own share of each row's sum l. At the end the
+// each thread of the two computing warpgroups holds two of the CTA's 64 rows (row_tokens(),
+// fragment_row_half(); their visible scores: row_visible_bits()) and, for them, half of O's
+// value dims and its own share of each row's sum l. At the end the
 // row sums meet in shared memory, then every real row's result is written
 // (common/row_result.cuh): the output row with one split, else the split's partial state,
 // each thread its own elements (write_row_halves()).
@@ -15,21 +16,54 @@
 namespace kdtree {
 namespace wgmma_path {
 
+// Which of a thread's two rows (0: the CTA's row 16 warp + g, 1: that row + 8) element i of an
+// m64 MMA fragment (scores or accumulators) belongs to: elements 4k + 2h and 4k + 2h + 1 are
+// row h's.
+__host__ __device__ constexpr int fragment_row_half(int i) { return (i >> 1) & 1; }
+
+// The bits of a fragment of `kElems` elements that lie in row half `h`.
+template <int kElems>
+__host__ __device__ constexpr uint32_t fragment_row_mask(int h) {
+  uint32_t bits = 0;
+  for (int i = 0; i < kElems; ++i)
+    if (fragment_row_half(i) == h) bits |= 1u << i;
+  return bits;
+}
+
 // The draft tokens tok_of[h] (-1: padding, past the request's `rows`) of this thread's two
-// rows, request rows row_lo and row_lo + 8 (row_lo = the CTA's first row + 16 warp + g; MMA
-// fragment rows: elements 4k + 2h, 4k + 2h + 1 of an accumulator). Returns the bits of a
-// fragment of `kElems` elements that belong to real rows.
+// rows, request rows row_lo and row_lo + 8 (row_lo = the CTA's first row + 16 warp + g).
+// Returns the bits of a fragment of `kElems` elements that belong to real rows.
 template <int kElems>
 __device__ __forceinline__ uint32_t row_tokens(int64_t row_lo, int64_t rows, int64_t heads, int* tok_of) {
   static_assert(kElems == 16 || kElems == 32, "a 32- or 64-position tile of scores");
-  constexpr uint32_t kLo = kElems == 16 ? 0x3333u : 0x33333333u;  // elements of row h = 0
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     int64_t tok = -1, head;
     if (row_lo + 8 * h < rows) row_token_head(row_lo + 8 * h, heads, &tok, &head);
     tok_of[h] = static_cast<int>(tok);
   }
-  return (tok_of[0] >= 0 ? kLo : 0u) | (tok_of[1] >= 0 ? kLo << 2 : 0u);
+  return (tok_of[0] >= 0 ? fragment_row_mask<kElems>(0) : 0u) | (tok_of[1] >= 0 ? fragment_row_mask<kElems>(1) : 0u);
+}
+
+// Visibility of this thread's `kElems` score elements in a tile that is not all prefix: bit i
+// for s[i] = row tok_of[fragment_row_half(i)] at position j_first + 8 (i / 4) + i % 2; a
+// token < 0 is a padding row (nothing visible). Draft columns are read from the staged bits
+// (kv_staging.cuh: stage_draft_visibility). A rolled loop: only boundary tiles come here, and
+// it keeps the scores in registers.
+template <int kElems>
+__device__ __forceinline__ uint32_t row_visible_bits(const uint32_t* draft_vis, int64_t prefix, int64_t j_first,
+                                                     int64_t j_end, int tok_lo, int tok_hi) {
+  static_assert(kElems <= 32, "one bit per element in 32 bits");
+  uint32_t bits = 0;
+#pragma unroll 1
+  for (int i = 0; i < kElems; ++i) {
+    const int tok = fragment_row_half(i) ? tok_hi : tok_lo;
+    const int64_t j = j_first + 8 * (i / 4) + (i & 1);
+    if (tok < 0 || j >= j_end) continue;
+    const int64_t d = j - prefix;
+    if (d < 0 || ((draft_vis[tok * 2 + (d >> 5)] >> (d & 31)) & 1u)) bits |= 1u << i;
+  }
+  return bits;
 }
 
 // Thread (warpgroup wg, quad lane t) of the two computing warpgroups, whose rows are

@@ -83,7 +83,7 @@ verify_rows_kernel(const VerifyParams p) {
   const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
-  // this thread's rows: row_lo = row0 + 16 warp + g (s[4k], s[4k + 1]) and row_lo + 8
+  // this thread's rows of the block, qrow[0] = 16 warp + g (s[4k], s[4k + 1]) and qrow[0] + 8
   // (s[4k + 2], s[4k + 3]); their draft tokens (-1: padding)
   int tok_of[2];
   const uint32_t valid_bits = row_tokens<16>(row0 + 16 * warp + g, rows, H, tok_of);
@@ -152,7 +152,7 @@ verify_rows_kernel(const VerifyParams p) {
     for (int i = 0; i < 16; ++i) {
       const float v = (vis >> i) & 1u ? s[i] * scale : -INFINITY;
       s[i] = v;
-      mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], v);
+      mx[fragment_row_half(i)] = fmaxf(mx[fragment_row_half(i)], v);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -194,7 +194,7 @@ verify_rows_kernel(const VerifyParams p) {
     for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // no row of this warp moved its maximum
 #pragma unroll
-      for (int i = 0; i < kHalfDims / 2; ++i) acc[i] *= alpha[(i >> 1) & 1];
+      for (int i = 0; i < kHalfDims / 2; ++i) acc[i] *= alpha[fragment_row_half(i)];
 
     if (draft_tile) cp_async_wait<0>();  // the draft V rows landed (and the next tile's, if any)
     wgmma::fence_shared_for_async();

@@ -124,7 +124,7 @@ __device__ __forceinline__ void mask_and_row_max(float* s, uint32_t vis, float s
   for (int i = 0; i < 32; ++i) {
     const float v = (vis >> i) & 1u ? s[i] * scale : -INFINITY;
     s[i] = v;
-    mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], v);
+    mx[fragment_row_half(i)] = fmaxf(mx[fragment_row_half(i)], v);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -138,7 +138,7 @@ __device__ __forceinline__ void mask_and_row_max(float* s, uint32_t vis, float s
 __device__ __forceinline__ void form_p(const float* s, const float* base, uint32_t* p, float* sum) {
 #pragma unroll
   for (int i = 0; i < 32; i += 2) {
-    const int h = (i >> 1) & 1;  // s[i], s[i + 1]: row half h, positions 8 (i / 4) + 2 t, + 1
+    const int h = fragment_row_half(i);  // s[i], s[i + 1]: row half h, positions 8 (i / 4) + 2 t, + 1
     const float p0 = exp2_approx(s[i] - base[h]), p1 = exp2_approx(s[i + 1] - base[h]);
     sum[h] += p0 + p1;
     p[i / 2] = pack_bf16(p0, p1);
@@ -150,8 +150,9 @@ __device__ __forceinline__ void form_p(const float* s, const float* base, uint32
 __device__ __forceinline__ void store_p(const uint32_t* p, uint32_t p_block, const int* qrow, int t) {
 #pragma unroll
   for (int i = 0; i < 32; i += 2)
-    asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(p_block + wgmma::swizzled(qrow[(i >> 1) & 1], i / 4) + 4 * t),
-                 "r"(p[i / 2]) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n"
+                 :: "r"(p_block + wgmma::swizzled(qrow[fragment_row_half(i)], i / 4) + 4 * t), "r"(p[i / 2])
+                 : "memory");
   wgmma::fence_shared_for_async();
 }
 
@@ -159,7 +160,7 @@ __device__ __forceinline__ void store_p(const uint32_t* p, uint32_t p_block, con
 __device__ __forceinline__ void rescale(float* acc, const float* f) {
   if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f))
 #pragma unroll
-    for (int i = 0; i < kHalfDims / 2; ++i) acc[i] *= f[(i >> 1) & 1];
+    for (int i = 0; i < kHalfDims / 2; ++i) acc[i] *= f[fragment_row_half(i)];
 }
 
 __device__ __forceinline__ float finite_or_zero(float m) { return m == -INFINITY ? 0.f : m; }
@@ -187,7 +188,7 @@ verify_seesaw_kernel(const VerifyParams p) {
   const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
-  // this thread's rows: row_lo = row0 + 16 warp + g (s[4k], s[4k + 1]) and row_lo + 8
+  // this thread's rows of the block, qrow[0] = 16 warp + g (s[4k], s[4k + 1]) and qrow[0] + 8
   // (s[4k + 2], s[4k + 3]); their draft tokens (-1: padding)
   int tok_of[2];
   const uint32_t valid_bits = row_tokens<32>(row0 + 16 * warp + g, rows, H, tok_of);
@@ -373,7 +374,8 @@ verify_seesaw_kernel(const VerifyParams p) {
   allow_dependents_at_epilogue(half_idle);
 
   // -- row sums over the quad and both warpgroups; the output rows or the split's partial state
-  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t, [] { wgmma::named_barrier(3, kConsumers); });
+  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t,
+                   [] { wgmma::named_barrier(3, kConsumers); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif
