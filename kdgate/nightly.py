@@ -146,12 +146,13 @@ def main(argv: list[str] | None = None) -> int:
 USAGE = ("usage: kdtree-gate nightly [options]   run the layers, write the report (--help)\n"
          "       kdtree-gate report DIR           draw a report again from DIR/summary.json\n"
          "       kdtree-gate bench [options]      time the kernel vs SGLang and the roofline (--help)\n"
-         "       kdtree-gate ab [options]         time the shipped kernel against builds with -D switches (--help)")
+         "       kdtree-gate ab [options]         time the shipped kernel against builds with -D switches (--help)\n"
+         "       kdtree-gate targets BENCH_JSON   issue #7's targets on a saved benchmark result")
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """``kdtree-gate nightly ...``, ``kdtree-gate report DIR``, ``kdtree-gate bench ...`` or
-    ``kdtree-gate ab ...``."""
+    """``kdtree-gate nightly ...``, ``kdtree-gate report DIR``, ``kdtree-gate bench ...``,
+    ``kdtree-gate ab ...`` or ``kdtree-gate targets BENCH_JSON``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
         from kdgate.perf_bench import main as bench_main
@@ -161,6 +162,10 @@ def cli(argv: list[str] | None = None) -> int:
         from kdgate.build_ab import main as ab_main
 
         return ab_main(argv[1:])
+    if argv[:1] == ["targets"]:
+        from kdgate.perf_targets import main as targets_main
+
+        return targets_main(argv[1:])
     if argv[:1] == ["nightly"]:
         return main(argv[1:])
     if argv[:1] == ["report"] and len(argv) == 2:

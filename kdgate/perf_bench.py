@@ -318,6 +318,9 @@ def table(result: dict) -> str:
             lines.append(f"| {r['id']} | " + " | ".join(cells) + " |")
     for line in context_lines(result):
         lines += ["", line]
+    from kdgate.perf_targets import describe
+
+    lines += ["", describe(result)]
     return "\n".join(lines)
 
 
