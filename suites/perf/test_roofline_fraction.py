@@ -10,6 +10,7 @@ import pytest
 
 from kdgate.perf_baseline import compare, load_baseline, same_gpu
 from kdgate.perf_bench import context_lines
+from kdgate.perf_targets import describe
 from kdgate.perf_matrix import PerfCase, matrix
 
 pytestmark = pytest.mark.perf
@@ -54,6 +55,7 @@ def test_fraction_of_roofline_holds_against_baseline(perf_run, baseline, pytestc
                           "combine_in_call_share": case["combine_in_call_share"]})
     gate_notes.append(verdict.describe())
     gate_notes.extend(context_lines(perf_run))  # the report states them beside the verdict
+    gate_notes.append(describe(perf_run))       # issue #7's targets on this run (informative)
     for kind in ("launch_floor", "layer_loop"):
         if perf_run.get(kind):
             gate_data.append({"kind": f"perf-{kind.replace('_', '-')}", **perf_run[kind]})
