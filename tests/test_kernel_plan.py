@@ -133,14 +133,23 @@ def combine_shape(lib, rows, splits, sms=132):
 
 
 def test_combine_takes_the_in_flight_build_only_when_its_grid_fits_one_wave_of_it(lib):
-    # (warps per row chunk, CTAs, CTAs per SM); 4 chunks of 128 columns per row, 8 warps per CTA
-    assert combine_shape(lib, 64, 132) == (0, (8, 256, 4))      # bs 1, one split per SM
-    assert combine_shape(lib, 64, 192) == (0, (8, 256, 4))      # the most splits (24 per warp)
-    assert combine_shape(lib, 256, 33) == (0, (8, 1024, 8))     # 33 splits: 1,024 CTAs > 4 x 132
-    assert combine_shape(lib, 256, 16) == (0, (2, 256, 4))
-    assert combine_shape(lib, 1056, 8) == (0, (1, 528, 4))      # exactly one wave of 4 per SM
-    assert combine_shape(lib, 1058, 8) == (0, (1, 529, 8))
-    assert combine_shape(lib, 1058, 8, sms=264)[1][2] == 4
+    # (warps per query row, CTAs, CTAs per SM); chunk kernel: 4 chunks of 128 columns per row
+    # and 1-8 warps per chunk; row kernel: one warp per row; 8 warps per CTA
+    assert combine_shape(lib, 64, 132) == (0, (32, 256, 4))     # bs 1, one split per SM
+    assert combine_shape(lib, 64, 192) == (0, (32, 256, 4))     # the most splits (24 per warp)
+    assert combine_shape(lib, 256, 33) == (0, (32, 1024, 8))    # 33 splits: 1,024 CTAs > 4 x 132
+    assert combine_shape(lib, 256, 16) == (0, (8, 256, 4))
+    assert combine_shape(lib, 1056, 8) == (0, (4, 528, 4))      # exactly one wave of 4 per SM
+    assert combine_shape(lib, 1056, 9) == (0, (8, 1056, 8))     # 9 splits: no row kernel
+    assert combine_shape(lib, 1056, 9, sms=264) == (0, (8, 1056, 4))
+
+
+def test_the_row_kernel_takes_few_splits_of_many_rows(lib):
+    # where the chunk kernel would need its 8-per-SM build and there are at most 8 splits
+    assert combine_shape(lib, 1058, 8) == (0, (1, 133, 4))
+    assert combine_shape(lib, 4096, 2) == (0, (1, 512, 4))      # bs 32 x 128 rows
+    assert combine_shape(lib, 4096, 8, sms=1024) == (0, (4, 2048, 4))  # one wave of the chunk kernel
+    assert combine_shape(lib, 100_000, 2, sms=1) == (0, (1, 12500, 4))  # always its 4-per-SM build
 
 
 @pytest.mark.parametrize("rows,splits,sms", [(0, 4, 132), (64, 1, 132), (64, 193, 132), (64, 4, 0)])

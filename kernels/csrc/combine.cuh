@@ -1,10 +1,14 @@
-// Deterministic combine of the per-split partial states. A unit of work is one query row's
-// 128-column chunk; a group of 1, 2, 4 or 8 warps merges it (warp m of the group: splits m,
-// m + G, ..., at most 24, in batches of 8 loads), each warp against its own maximum, then
-// the group's first warp rescales and adds the warps' sums in warp order and rounds to bf16
-// once. A CTA of 8 warps holds 8 / G units, so few splits use one warp per unit and many
-// splits up to 8. Splits that saw nothing (m = -inf) weigh 0 and their partial output, never
-// written, is not read. Weights are exact log2-domain exponentials.
+// Deterministic combine of the per-split partial states, in one of two kernels. Many rows and
+// few splits (combine_by_rows()): the row kernel, one warp merges a whole query row, each lane
+// 4 columns of each of the row's 4 chunks, two splits' loads in flight together, so the owner
+// lookup and the (m, l) loads are done once per row. Otherwise the chunk kernel: a unit of
+// work is one query row's 128-column chunk; a group of 1, 2, 4 or 8 warps merges it (warp m
+// of the group: splits m, m + G, ..., at most 24, in batches of 8 loads), each warp against
+// its own maximum, then the group's first warp rescales and adds the warps' sums in warp
+// order. Either way each
+// output is rounded to bf16 once, and a row's splits are added in split order. Splits that
+// saw nothing (m = -inf) weigh 0 and their partial output, never written, is not read.
+// Weights are exact log2-domain exponentials.
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -22,22 +26,43 @@ constexpr int kCombineBatch = 8;     // loads per lane issued together
 static_assert(kMaxSplitsTiled <= kCombineWarps * kCombinePerWarp && kMaxSplits <= kCombineWarps * kCombinePerWarp,
               "8 warps of 24 splits cover every split count the plans choose");
 
-// Warps per unit for `num_splits` splits: the fewest of 1, 2, 4, 8 that leave each warp at
-// most 8 splits, else 8 (at most 24 each).
+// Chunk kernel: warps per unit for `num_splits` splits: the fewest of 1, 2, 4, 8 that leave
+// each warp at most 8 splits, else 8 (at most 24 each).
 __host__ __device__ inline int combine_group_warps(int64_t num_splits) {
   int g = 1;
   while (g < kCombineWarps && num_splits > 8 * g) g *= 2;
   return g;
 }
 
-// CTAs of the combine for `rows` query rows (T x H) and `num_splits` splits.
-__host__ __device__ inline int64_t combine_ctas(int64_t rows, int64_t num_splits) {
+// CTAs of the chunk kernel for `rows` query rows (T x H) and `num_splits` splits.
+__host__ __device__ inline int64_t combine_chunk_ctas(int64_t rows, int64_t num_splits) {
   return ceil_div(rows * kCombineChunks, kCombineWarps / combine_group_warps(num_splits));
 }
 
-// CTAs per SM the combine is built for: 4 (every load of a batch in flight) when its grid of
-// `ctas` fits one wave of them on `num_sms` SMs, else 8 (the most CTAs per wave).
+// CTAs per SM the chunk kernel is built for: 4 (every load of a batch in flight) when its
+// grid of `ctas` fits one wave of them on `num_sms` SMs, else 8 (the most CTAs per wave).
 inline int combine_ctas_per_sm(int64_t ctas, int64_t num_sms) { return ctas <= 4 * num_sms ? 4 : 8; }
+
+// The row kernel takes the merge where the chunk kernel would fall to its 8-per-SM build
+// (more than one wave of 4 per SM: 1,057 rows and more on 132 SMs) and the splits are at most
+// kCombineRowSplits. Measured on the H200, whole calls in one run, with the row kernel for
+// every split count up to 8 against the chunk kernel: 1.02-1.07x faster at 4,096 rows and ctx
+// 4k-16k with equal lengths, 1.00-1.02x at 64k, with mixed lengths and at 2,048 rows, but
+// 0.98-1.00x at 1,024 rows, where the chunk kernel has all its loads in flight.
+// -DKDTREE_COMBINE_CHUNKS_ONLY: the chunk kernel always (A/B).
+constexpr int kCombineRowSplits = 8;
+__host__ __device__ inline bool combine_by_rows(int64_t rows, int64_t num_splits, int64_t num_sms) {
+#if defined(KDTREE_COMBINE_CHUNKS_ONLY)
+  return false;
+#else
+  return num_splits <= kCombineRowSplits && combine_chunk_ctas(rows, num_splits) > 4 * num_sms;
+#endif
+}
+
+// CTAs of the combine: one warp per row (row kernel), else combine_chunk_ctas().
+__host__ __device__ inline int64_t combine_ctas(int64_t rows, int64_t num_splits, bool by_rows) {
+  return by_rows ? ceil_div(rows, kCombineWarps) : combine_chunk_ctas(rows, num_splits);
+}
 
 // The request that owns token t (binary search in qo_indptr), or -1 when t belongs to no
 // request or lies past its request's max_len_extend rows (never computed).
@@ -148,6 +173,72 @@ verify_combine_kernel(const VerifyParams p) {
   *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(sum.x * inv, sum.y * inv);
   *reinterpret_cast<__nv_bfloat162*>(out + 2) = __floats2bfloat162_rn(sum.z * inv, sum.w * inv);
   if (p.lse && chunk == 0 && lane == 0)
+    p.lse[t * p.lse_stride_t + h] = total > 0.f ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY;
+}
+
+// The row kernel (combine_by_rows()): warp w of CTA c merges query row 8 c + w; lane i holds
+// split i's (m, l) (i < num_splits <= kCombineRowSplits) and loads, for each live split in
+// order, columns 4 i .. 4 i + 3 of each of the row's 4 chunks (4 float4), two splits at a
+// time. Built for 4 CTAs per SM.
+__global__ void __launch_bounds__(kCombineWarps * 32, 4)
+verify_combine_rows_kernel(const VerifyParams p) {
+  wait_for_prior_grids();  // before any global access (the main kernel's partials)
+  allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t stride = p.total_tokens * p.heads;
+  const int64_t flat = static_cast<int64_t>(blockIdx.x) * kCombineWarps + warp;  // t * H + h
+  if (flat >= stride) return;  // warp-uniform; this kernel has no CTA barrier
+  float ms = -INFINITY, ls = 0.f;
+  if (lane < p.num_splits) {  // loaded before the owner lookup (in flight together)
+    const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (lane * stride + flat) * 2);
+    ms = ml.x;
+    ls = ml.y;
+  }
+  if (owning_request(p, flat / p.heads) < 0) return;  // a row no request owns (warp-uniform)
+
+  float m = ms;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const bool live_lane = ms != -INFINITY;
+  const float w_lane = live_lane ? exp2f(ms - m) : 0.f;
+  float total = w_lane * ls;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+  const unsigned live = __ballot_sync(0xffffffffu, live_lane);
+  const int64_t split_stride = stride * kValueDim;  // floats between two splits' partials
+  const float* src = p.ws_acc + flat * kValueDim + 4 * lane;
+  float4 acc[kCombineChunks];
+#pragma unroll
+  for (int c = 0; c < kCombineChunks; ++c) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i0 = 0; i0 < kCombineRowSplits && (live >> i0); i0 += 2) {
+    float4 v[2][kCombineChunks];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int c = 0; c < kCombineChunks; ++c)  // a dead split's loads are predicated off
+        v[u][c] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const float4*>(src + (i0 + u) * split_stride + c * 128)
+                                          : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const float w = __shfl_sync(0xffffffffu, w_lane, i0 + u);  // 0 for a dead split
+#pragma unroll
+      for (int c = 0; c < kCombineChunks; ++c) {
+        acc[c].x += w * v[u][c].x;
+        acc[c].y += w * v[u][c].y;
+        acc[c].z += w * v[u][c].z;
+        acc[c].w += w * v[u][c].w;
+      }
+    }
+  }
+  const int64_t t = flat / p.heads, h = flat % p.heads;
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h + 4 * lane;
+#pragma unroll
+  for (int c = 0; c < kCombineChunks; ++c) {
+    *reinterpret_cast<__nv_bfloat162*>(out + c * 128) = __floats2bfloat162_rn(acc[c].x * inv, acc[c].y * inv);
+    *reinterpret_cast<__nv_bfloat162*>(out + c * 128 + 2) = __floats2bfloat162_rn(acc[c].z * inv, acc[c].w * inv);
+  }
+  if (p.lse && lane == 0)
     p.lse[t * p.lse_stride_t + h] = total > 0.f ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY;
 }
 

@@ -1,8 +1,9 @@
 """Kernel layer: the combine of split-KV partials holds the parity rule (and writes the LSE)
-with every warp-group size it uses: 1, 2, 4 or 8 warps per row chunk, chosen by the split
-count (up to 8, 16, 32, more). The split count is steered through the workspace budget
+in each of its shapes, chosen by the split count: up to 8 splits the row kernel (one warp
+merges a whole query row), beyond that the chunk kernel with 2, 4 or 8 warps per row chunk
+(up to 16, 32, more). The split count is steered through the workspace budget
 (KDTREE_WORKSPACE_MB bounds splits x rows x 2056 bytes); each case checks that the plan
-landed in the intended range, so no group size goes untested unnoticed. The combine is built
+landed in the intended range, so no shape goes untested unnoticed. The chunk kernel is built
 for 4 CTAs per SM (every load of a batch in flight) or 8 (more CTAs per wave), picked by its
 grid size; both builds are held to the rule too."""
 
@@ -14,9 +15,10 @@ from kdgate.verify_inputs import VerifyCase, build_inputs
 
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
-# budget (MiB) -> split range for 64 rows (131,584 bytes per split): 1 warp per chunk up to 8
-# splits, 2 up to 16, 4 up to 32, 8 beyond (at most 24 splits per warp in batches of 8 loads:
-# two batches up to 128 splits; the third is test_combine_third_batch_holds_parity's)
+# budget (MiB) -> split range for 64 rows (131,584 bytes per split): the row kernel up to 8
+# splits; beyond, the chunk kernel with 2 warps per chunk up to 16, 4 up to 32, 8 beyond (at
+# most 24 splits per warp in batches of 8 loads: two batches up to 128 splits; the third is
+# test_combine_third_batch_holds_parity's)
 BUDGETS = {1: (2, 8), 2: (9, 16), 4: (17, 32), 8: (33, 64), 16: (65, 128)}
 CASES = (
     VerifyCase(ctx=(20000,), n=8, heads=8, seed=41),                    # 64 rows, trailing empty splits
@@ -49,15 +51,18 @@ def test_combine_holds_parity_with_every_group_size(candidate, cuda_device, case
     assert err <= 1e-3 * max(1.0, ref[finite].abs().max().item()), f"{splits} splits: LSE off by {err}"
 
 
-# (case, CTAs per SM of the combine build it must take on the H200's 132 SMs)
+# (case, CTAs per SM of the combine build it must take on the H200's 132 SMs, whether that is
+# the row kernel)
 BUILD_CASES = (
-    (VerifyCase(ctx=(20000,), n=8, heads=8, seed=43), 4),                                # 64 rows
-    (VerifyCase(ctx=tuple(range(1500, 1500 + 16 * 97, 97)), n=16, heads=8, seed=44), 8),  # 2,048 rows
+    (VerifyCase(ctx=(20000,), n=8, heads=8, seed=43), 4, False),       # 64 rows, 132 splits
+    (VerifyCase(ctx=tuple(range(1500, 1500 + 5 * 97, 97)), n=16, heads=8, seed=46), 8, False),  # 640 rows, 13
+    (VerifyCase(ctx=tuple(range(1500, 1500 + 16 * 97, 97)), n=16, heads=8, seed=44), 4, True),  # 2,048 rows, 8
 )
 
 
-@pytest.mark.parametrize("case,per_sm", BUILD_CASES, ids=[f"{c.id}-{k}-per-sm" for c, k in BUILD_CASES])
-def test_combine_holds_parity_in_both_register_builds(candidate, cuda_device, case, per_sm, gate_notes):
+@pytest.mark.parametrize("case,per_sm,by_rows", BUILD_CASES,
+                         ids=[f"{c.id}-{'rows' if r else 'chunks'}-{k}-per-sm" for c, k, r in BUILD_CASES])
+def test_combine_holds_parity_in_every_build(candidate, cuda_device, case, per_sm, by_rows, gate_notes):
     if candidate.name != "kdtree":
         pytest.skip(f"not run: the split combine belongs to the shipped kernel, not --kernel {candidate.name}")
     from kdtree.verify_op import combine_shape, plan
@@ -66,9 +71,10 @@ def test_combine_holds_parity_in_both_register_builds(candidate, cuda_device, ca
     assert splits >= 2, f"{case.id}: planned {splits} split, the combine would not run"
     warps, ctas, built = combine_shape(len(case.ctx) * case.n * case.heads, splits, cuda_device)
     assert built == per_sm, f"{case.id}: {ctas} combine CTAs took the {built}-per-SM build, expected {per_sm}"
+    assert (warps == 1) == by_rows, f"{case.id}: {splits} splits took {warps} warps per row, row kernel {by_rows}"
     outcome = run_case(candidate, build_inputs(case, cuda_device), compare_baseline=False)
-    gate_notes.append(f"combine build {built} per SM ({ctas} CTAs, {warps} warps per chunk, {splits} splits) "
-                      f"{case.id}: {outcome.report.brief()}")
+    gate_notes.append(f"combine {'row' if by_rows else 'chunk'} kernel, {built} per SM ({ctas} CTAs, {warps} warps "
+                      f"per row, {splits} splits) {case.id}: {outcome.report.brief()}")
     assert not outcome.problems(), f"{case.id}:\n{outcome.report.summary()}"
 
 
