@@ -233,16 +233,16 @@ def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
         raise RuntimeError("not run: no CUDA GPU on this host (torch.cuda.is_available() is False)")
     env = environment()
     points = ceiling_sample_points(len(cases), ceiling_samples)
-    samples = []
+    samples: list[tuple[int, Ceilings]] = []  # (cases done, ceilings measured then)
 
     def sample_ceilings(done: int):
         got = measure_ceilings()
-        samples.append({"after_cases": done, **got.as_dict()})
+        samples.append((done, got))
         progress(f"ceilings after {done} cases: copy {got.copy_gbps:.0f} GB/s, bf16 matmul "
                  f"{got.matmul_tflops:.0f} TFLOP/s")
 
     def best():
-        return best_of(Ceilings(s["copy_gbps"], s["matmul_tflops"]) for s in samples)
+        return best_of(got for _, got in samples)
 
     sample_ceilings(0)
     flush = L2Flush("cuda")
@@ -270,7 +270,8 @@ def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
     if with_layer_loop:
         loop = layer_loop(PerfCase(1, 1024, 8, 8, "tree"))
         progress(f"layer loop {loop['id']}: {loop['per_call_us']:.2f} us per call in a CUDA graph")
-    return {"schema": SCHEMA, "environment": env, "ceilings": ceilings.as_dict(), "ceiling_samples": samples,
+    return {"schema": SCHEMA, "environment": env, "ceilings": ceilings.as_dict(),
+            "ceiling_samples": [{"after_cases": done, **got.as_dict()} for done, got in samples],
             "cases": [rec for rec, _ in records], "launch_floor": floor, "layer_loop": loop}
 
 
@@ -280,7 +281,6 @@ def _fmt(value, spec):
 
 def table(result: dict) -> str:
     """The summary as a Markdown table (one row per case)."""
-    c = result["ceilings"]
     lines = [f"{ceiling_line(result)} Kernel build {result['environment'].get('kernel_build')}.",
              "",
              "| case | bound | kernel µs | floor µs | roofline | GB/s (of copy) | TFLOP/s (of mm) "

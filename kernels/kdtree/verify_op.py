@@ -269,7 +269,7 @@ def requested_path() -> str:
 def combine_shape(rows: int, num_splits: int, device: torch.device, lib=None) -> tuple[int, int, int]:
     """(warps per query row, CTAs, CTAs per SM it is built for) of the combine that merges
     ``num_splits`` splits of ``rows`` query rows (tokens x heads) on ``device``; one warp per
-    row is the row kernel (few splits), more the chunk kernel (combine.cuh)."""
+    row is the row kernel (few splits of many rows), more the chunk kernel (combine.cuh)."""
     lib = lib or _library()
     index = device.index if device.index is not None else torch.cuda.current_device()
     out = (ctypes.c_int64 * 3)()
