@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from kdgate import roofline
 from kdgate.nightly import cli
 from kdgate.perf_targets import TARGETS, describe, evaluate, main
