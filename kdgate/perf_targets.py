@@ -141,7 +141,10 @@ def _figure(value: float, target: Target) -> str:
 def describe(result: dict, nearest: int = 3) -> str:
     """The targets as a Markdown table: met / cases, how many of the rest no kernel can
     reach under this timing, and the ``nearest`` misses."""
-    outcomes, loop = evaluate(result)
+    return _table(result, *evaluate(result), nearest)
+
+
+def _table(result: dict, outcomes: list[Outcome], loop: dict | None, nearest: int = 3) -> str:
     launch_us = (result.get("launch_floor") or {}).get("one_kernel_us")
     reach = (f"out of reach at the launch floor ({launch_us:.2f} µs)" if launch_us is not None
              else "out of reach (no launch floor in this run)")
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = json.loads(path.read_text())
         outcomes, loop = evaluate(result)
-        text = describe(result)
+        text = _table(result, outcomes, loop)
     except (OSError, json.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
         print(f"kdtree-gate targets: {path} is not a readable benchmark result ({exc})", file=sys.stderr)
         return 2
