@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/grid_dependency.cuh"
+#include "common/row_result.cuh"
 #include "split_plan.h"
 #include "verify_params.h"
 
@@ -80,6 +81,28 @@ __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t
   return t - at(lo) < p.n_max ? lo : -1;
 }
 
+// One warp's splits weighed against their maximum. Lane i holds split i's (m_i, l_i) (log2
+// units; m_i = -inf for a split that saw nothing, or a lane with no split). `m`: the warp's
+// maximum m_i; `w_lane`: this lane's weight 2^(m_i - m), 0 for a dead split; `total`: the sum
+// of w_i l_i over the warp; `live`: the lanes whose split saw something.
+struct SplitWeights {
+  float m, w_lane, total;
+  unsigned live;
+};
+__device__ __forceinline__ SplitWeights split_weights(float m_lane, float l_lane) {
+  SplitWeights s;
+  s.m = m_lane;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) s.m = fmaxf(s.m, __shfl_xor_sync(0xffffffffu, s.m, off));
+  const bool live_lane = m_lane != -INFINITY;
+  s.w_lane = live_lane ? exp2f(m_lane - s.m) : 0.f;
+  s.total = s.w_lane * l_lane;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) s.total += __shfl_xor_sync(0xffffffffu, s.total, off);
+  s.live = __ballot_sync(0xffffffffu, live_lane);
+  return s;
+}
+
 // Two register budgets of one kernel (combine_ctas_per_sm picks one): at 4 CTAs per SM (63
 // registers) a batch's 8 float4 loads are all in flight; at 8 CTAs per SM (32 registers)
 // ptxas issues them one at a time, but twice the CTAs fit in one wave.
@@ -113,15 +136,11 @@ verify_combine_kernel(const VerifyParams p) {
   float m_warp = -INFINITY, l_warp = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (active) {
-    m_warp = ms;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) m_warp = fmaxf(m_warp, __shfl_xor_sync(0xffffffffu, m_warp, off));
-    const bool live_lane = ms != -INFINITY;
-    const float w_lane = live_lane ? exp2f(ms - m_warp) : 0.f;
-    l_warp = w_lane * ls;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) l_warp += __shfl_xor_sync(0xffffffffu, l_warp, off);
-    const unsigned live = __ballot_sync(0xffffffffu, live_lane);
+    const SplitWeights sw = split_weights(ms, ls);
+    m_warp = sw.m;
+    l_warp = sw.total;
+    const float w_lane = sw.w_lane;
+    const unsigned live = sw.live;
     const int64_t split_stride = stride * kValueDim;  // floats between two splits' partials
     const float* src = p.ws_acc + member * split_stride + flat * kValueDim + chunk * 128 + 4 * lane;
     const int64_t step = group_warps * split_stride;    // between this warp's splits
@@ -173,7 +192,7 @@ verify_combine_kernel(const VerifyParams p) {
   *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(sum.x * inv, sum.y * inv);
   *reinterpret_cast<__nv_bfloat162*>(out + 2) = __floats2bfloat162_rn(sum.z * inv, sum.w * inv);
   if (p.lse && chunk == 0 && lane == 0)
-    p.lse[t * p.lse_stride_t + h] = total > 0.f ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY;
+    p.lse[t * p.lse_stride_t + h] = natural_lse(m, total);
 }
 
 // The row kernel (combine_by_rows()): warp w of CTA c merges query row 8 c + w; lane i holds
@@ -196,15 +215,9 @@ verify_combine_rows_kernel(const VerifyParams p) {
   }
   if (owning_request(p, flat / p.heads) < 0) return;  // a row no request owns (warp-uniform)
 
-  float m = ms;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  const bool live_lane = ms != -INFINITY;
-  const float w_lane = live_lane ? exp2f(ms - m) : 0.f;
-  float total = w_lane * ls;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
-  const unsigned live = __ballot_sync(0xffffffffu, live_lane);
+  const SplitWeights sw = split_weights(ms, ls);
+  const float m = sw.m, total = sw.total, w_lane = sw.w_lane;
+  const unsigned live = sw.live;
   const int64_t split_stride = stride * kValueDim;  // floats between two splits' partials
   const float* src = p.ws_acc + flat * kValueDim + 4 * lane;
   float4 acc[kCombineChunks];
@@ -239,7 +252,7 @@ verify_combine_rows_kernel(const VerifyParams p) {
     *reinterpret_cast<__nv_bfloat162*>(out + c * 128 + 2) = __floats2bfloat162_rn(acc[c].z * inv, acc[c].w * inv);
   }
   if (p.lse && lane == 0)
-    p.lse[t * p.lse_stride_t + h] = total > 0.f ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY;
+    p.lse[t * p.lse_stride_t + h] = natural_lse(m, total);
 }
 
 }  // namespace kdtree

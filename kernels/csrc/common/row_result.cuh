@@ -10,6 +10,12 @@
 
 namespace kdtree {
 
+// A row's natural-log LSE from its running max `m` (log2 units) and sum `l`; -inf for a row
+// that saw nothing (l = 0).
+__device__ __forceinline__ float natural_lse(float m, float l) {
+  return l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+}
+
 // Row (token `tok` of q, head `head`) of split `split`, with running max `m` (log2 units) and
 // sum `l`. store_output(bf16* row, float inv_l) writes this thread's columns of the output
 // row scaled by 1 / l; store_partial(float* row) its unscaled columns of the partial row.
@@ -21,7 +27,7 @@ __device__ __forceinline__ void write_row_result(const VerifyParams& p, int64_t 
   if (p.num_splits == 1) {
     store_output(static_cast<__nv_bfloat16*>(p.o) + tok * p.o_stride_t + head * p.o_stride_h, l > 0.f ? 1.f / l : 0.f);
     if (p.lse && writes_scalars)
-      p.lse[tok * p.lse_stride_t + head] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+      p.lse[tok * p.lse_stride_t + head] = natural_lse(m, l);
   } else {
     const int64_t flat = (split * p.total_tokens + tok) * p.heads + head;
     if (m != -INFINITY) store_partial(p.ws_acc + flat * kValueDim);
