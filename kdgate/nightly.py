@@ -11,7 +11,6 @@ live layer N times and fails it on any test whose outcome flips between runs.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -147,12 +146,14 @@ USAGE = ("usage: kdtree-gate nightly [options]   run the layers, write the repor
          "       kdtree-gate report DIR           draw a report again from DIR/summary.json\n"
          "       kdtree-gate bench [options]      time the kernel vs SGLang and the roofline (--help)\n"
          "       kdtree-gate ab [options]         time the shipped kernel against builds with -D switches (--help)\n"
-         "       kdtree-gate targets BENCH_JSON   issue #7's targets on a saved benchmark result")
+         "       kdtree-gate targets BENCH_JSON   issue #7's targets on a saved benchmark result\n"
+         "       kdtree-gate limits BENCH_JSON    the bs-1 main kernel's fixed and per-tile time, fitted")
 
 
 def cli(argv: list[str] | None = None) -> int:
     """``kdtree-gate nightly ...``, ``kdtree-gate report DIR``, ``kdtree-gate bench ...``,
-    ``kdtree-gate ab ...`` or ``kdtree-gate targets BENCH_JSON``."""
+    ``kdtree-gate ab ...``, ``kdtree-gate targets BENCH_JSON`` or ``kdtree-gate limits
+    BENCH_JSON``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
         from kdgate.perf_bench import main as bench_main
@@ -166,6 +167,10 @@ def cli(argv: list[str] | None = None) -> int:
         from kdgate.perf_targets import main as targets_main
 
         return targets_main(argv[1:])
+    if argv[:1] == ["limits"]:
+        from kdgate.perf_limits import main as limits_main
+
+        return limits_main(argv[1:])
     if argv[:1] == ["nightly"]:
         return main(argv[1:])
     if argv[:1] == ["report"] and len(argv) == 2:

@@ -65,6 +65,17 @@ def test_wgmma_path_only_on_compute_capability_9_0(lib):
     assert plan(lib, 1, 8, 16, request="wgmma", capability=100)[0] == 1
 
 
+@pytest.mark.parametrize("request_path", ["auto", "tiled", "wgmma", "portable"])
+@pytest.mark.parametrize("heads, n", [(8, 1), (8, 2), (8, 4), (8, 16), (16, 64)])
+def test_the_gate_fits_tiles_with_the_plans_row_blocks(lib, request_path, heads, n):
+    """kdgate.perf_limits counts a path's row blocks as the plan does."""
+    from kdgate.perf_limits import PATH_SHAPES
+    from kdtree.verify_op import PATH_NAMES
+
+    code, (path, _, row_blocks, _) = plan(lib, 1, heads, n, request=request_path)
+    assert code == 0 and row_blocks == -(-n * heads // PATH_SHAPES[PATH_NAMES[path]].block_rows)
+
+
 @pytest.mark.parametrize("request_path", ["auto", "tiled", "wgmma"])
 @pytest.mark.parametrize("bs, heads, n", [(1, 8, 4), (1, 8, 16), (1, 16, 64), (4, 8, 16), (32, 8, 16), (128, 16, 4)])
 def test_splits_fill_the_sms_in_whole_waves(lib, bs, heads, n, request_path):
