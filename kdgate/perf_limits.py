@@ -77,11 +77,10 @@ class TileFit:
 
 def fit_tiles(result: dict) -> list[TileFit]:
     """A line per (path, rows = N x H, splits) group of the result's bs-1, equal-length cases
-    that run in one wave on the run's SMs, over the cases in which nearly the most splits
-    have positions (at least BUSY_SHARE of the group's most; so the points differ in their
-    tiles per CTA, not in how many CTAs work), for
-    groups with two or more tile counts. ValueError naming the field when ``result`` lacks
-    what the fit needs."""
+    that run in one wave on the run's SMs, for groups with two or more tile counts. A fit
+    takes the cases in which at least BUSY_SHARE of the group's most non-empty splits have
+    positions, so its points differ in tiles per CTA, not in how many CTAs work. ValueError
+    naming the field when ``result`` lacks what the fit needs."""
     if not isinstance(result, dict) or not isinstance(result.get("cases"), list):
         raise ValueError("result: expected a benchmark result with a 'cases' list")
     sms = (result.get("environment") or {}).get("sms")
@@ -122,7 +121,8 @@ def describe(result: dict) -> str:
     fits = fit_tiles(result)
     launch = (result.get("launch_floor") or {}).get("one_kernel_us")
     lines = ["Main kernel at bs 1, fitted as fixed + per tile x tiles of the busiest CTA "
-             "(one wave of CTAs; the cases where at least 95 % of the most splits have positions; copy floor: every CTA streaming its own tile at the copy ceiling; "
+             f"(one wave of CTAs; the cases where at least {BUSY_SHARE:.0%} of the most splits have "
+             "positions; copy floor: every CTA streaming its own tile at the copy ceiling; "
              "matmul floor: the CTA's rows at one SM's share of the matmul ceiling"
              + (f"; the launch floor, {launch:.2f} µs, is part of the fixed cost" if launch is not None else "")
              + "):", "",
