@@ -16,14 +16,13 @@ it pays per tile, and the per-tile time is set against the tile's two floors in 
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from kdgate.roofline import BYTES_PER_TOKEN, FLOP_PER_ROW_TOKEN
+from kdgate.saved_result_command import run_on_saved_result
 
 
 BUSY_SHARE = 0.95  # a point of a fit has at least this share of its group's most non-empty splits
@@ -142,18 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     """``kdtree-gate limits BENCH_JSON``: prints the table; exit 0, or 2 when the file is not
     a benchmark result with what the fit needs."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 1:
-        print("usage: kdtree-gate limits BENCH_JSON    the bs-1 main kernel's fixed and per-tile time",
-              file=sys.stderr)
-        return 2
-    path = Path(argv[0])
-    try:
-        text = describe(json.loads(path.read_text()))
-    except (OSError, json.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
-        print(f"kdtree-gate limits: {path} is not a readable benchmark result ({exc})", file=sys.stderr)
-        return 2
-    print(text)
-    return 0
+    return run_on_saved_result(argv, "limits", "the bs-1 main kernel's fixed and per-tile time",
+                               lambda result: (describe(result), 0))
 
 
 if __name__ == "__main__":

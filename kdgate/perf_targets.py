@@ -14,11 +14,11 @@ roofline floor is f µs can reach at most t / (f + L) of a ceiling whose own flo
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
+
+from kdgate.saved_result_command import run_on_saved_result
 
 LONG_CONTEXT = 16384   # "ctx >= 16k"
 CHAIN_CONTEXT = 4096   # chains: "ctx >= 4k"
@@ -167,21 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     """``kdtree-gate targets BENCH_JSON``: prints the table; exit 0 when every target holds,
     1 when one does not, 2 when the file is not a benchmark result."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 1:
-        print("usage: kdtree-gate targets BENCH_JSON   issue #7's targets on a saved benchmark result",
-              file=sys.stderr)
-        return 2
-    path = Path(argv[0])
-    try:
-        result = json.loads(path.read_text())
+
+    def render(result: dict) -> tuple[str, int]:
         outcomes, loop = evaluate(result)
-        text = _table(result, outcomes, loop)
-    except (OSError, json.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
-        print(f"kdtree-gate targets: {path} is not a readable benchmark result ({exc})", file=sys.stderr)
-        return 2
-    print(text)
-    all_met = all(not out.unmet and not out.not_measured for out in outcomes) and (loop is None or loop["met"])
-    return 0 if all_met else 1
+        all_met = all(not out.unmet and not out.not_measured for out in outcomes) and (loop is None or loop["met"])
+        return _table(result, outcomes, loop), 0 if all_met else 1
+
+    return run_on_saved_result(argv, "targets", "issue #7's targets on a saved benchmark result", render)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,15 @@
 """The bs-1 main kernel's fixed and per-tile time, fitted on benchmark results (no GPU): the
-split arithmetic, which cases a fit takes, the floors, the CLI's exit codes, and the
-committed table of the committed full-matrix run."""
+split arithmetic, which cases a fit takes, the floors, the CLI's exit codes (the committed
+table of the committed full-matrix run: test_committed_perf_docs.py)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from kdgate.nightly import cli
 from kdgate.perf_limits import PATH_SHAPES, describe, fit_tiles, main, split_work
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _case(ctx, n, heads, splits, main_us, path="wgmma-64", bs=1, mixed=False) -> dict:
@@ -75,13 +72,3 @@ def test_the_table_and_the_cli_exit_codes(tmp_path, capsys):
     assert main([str(tmp_path / "missing.json")]) == 2
     assert main([]) == 2
     assert "not a readable benchmark result" in capsys.readouterr().err
-
-
-def test_committed_table_matches_the_committed_full_run():
-    """docs/perf-h200-wgmma/limits.md is this module's table of the committed bench.json:
-    regenerate it with `kdtree-gate limits docs/perf-h200-wgmma/bench.json` when either
-    changes (never edited by hand)."""
-    bench = json.loads((REPO / "docs/perf-h200-wgmma/bench.json").read_text())
-    table = (REPO / "docs/perf-h200-wgmma/limits.md").read_text()
-    assert describe(bench) in table
-    assert bench["environment"]["kernel_build"] in table
