@@ -318,9 +318,12 @@ def table(result: dict) -> str:
             lines.append(f"| {r['id']} | " + " | ".join(cells) + " |")
     for line in context_lines(result):
         lines += ["", line]
+    from kdgate.perf_limits import describe as limits_table
     from kdgate.perf_targets import describe
 
     lines += ["", describe(result)]
+    if (result.get("environment") or {}).get("sms"):  # runs from before the SM count was recorded lack it
+        lines += ["", limits_table(result)]
     return "\n".join(lines)
 
 

@@ -207,6 +207,9 @@ def test_table_and_picture_from_a_result(tmp_path):
     text = table(result)
     assert ("one 1-element kernel 3.6 µs, two 5.1 µs; two per call in a 61-call loop 2.32 µs "
             "per call") in text
+    assert "Main kernel at bs 1" not in text  # no SM count: no fit
+    result["environment"]["sms"] = 132
+    assert "Main kernel at bs 1, fitted as fixed + per tile x tiles" in table(result)
     png = plot_bench(result, tmp_path / "bench.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(result)
