@@ -1,11 +1,12 @@
 """Kernel layer: the combine of split-KV partials holds the parity rule (and writes the LSE)
-in each of its shapes, chosen by the split count: up to 8 splits the row kernel (one warp
-merges a whole query row), beyond that the chunk kernel with 2, 4 or 8 warps per row chunk
-(up to 16, 32, more). The split count is steered through the workspace budget
-(KDTREE_WORKSPACE_MB bounds splits x rows x 2056 bytes); each case checks that the plan
-landed in the intended range, so no shape goes untested unnoticed. The chunk kernel is built
-for 4 CTAs per SM (every load of a batch in flight) or 8 (more CTAs per wave), picked by its
-grid size; both builds are held to the rule too."""
+in each of its shapes. The chunk kernel merges a query row's 128-column chunk with 1, 2, 4 or
+8 warps, chosen by the split count (up to 8, 16, 32, more); the split count is steered
+through the workspace budget (KDTREE_WORKSPACE_MB bounds splits x rows x 2056 bytes), and
+each case checks that the plan landed in the intended range, so no group size goes untested
+unnoticed. The chunk kernel is built for 4 CTAs per SM (every load of a batch in flight) or 8
+(more CTAs per wave), picked by its grid size; the row kernel (one warp merges a whole query
+row) takes few splits of many rows (combine_by_rows: more than 1,056 rows on 132 SMs). Each
+build is held to the rule too (test_combine_holds_parity_in_every_build)."""
 
 import pytest
 import torch
@@ -15,10 +16,10 @@ from kdgate.verify_inputs import VerifyCase, build_inputs
 
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
-# budget (MiB) -> split range for 64 rows (131,584 bytes per split): the row kernel up to 8
-# splits; beyond, the chunk kernel with 2 warps per chunk up to 16, 4 up to 32, 8 beyond (at
-# most 24 splits per warp in batches of 8 loads: two batches up to 128 splits; the third is
-# test_combine_third_batch_holds_parity's)
+# budget (MiB) -> split range for 64 rows (131,584 bytes per split), all on the chunk kernel
+# (64 rows are too few for the row kernel): 1 warp per chunk up to 8 splits, 2 up to 16, 4 up
+# to 32, 8 beyond (at most 24 splits per warp in batches of 8 loads: two batches up to 128
+# splits; the third is test_combine_third_batch_holds_parity's)
 BUDGETS = {1: (2, 8), 2: (9, 16), 4: (17, 32), 8: (33, 64), 16: (65, 128)}
 CASES = (
     VerifyCase(ctx=(20000,), n=8, heads=8, seed=41),                    # 64 rows, trailing empty splits
