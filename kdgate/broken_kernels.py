@@ -5,6 +5,9 @@ layers can fail. Each is a candidate for ``--kernel kdgate.broken_kernels:NAME``
                     mask one column off (an off-by-one in the mask index).
 * ``drop_split``    built with KDTREE_FAULT_DROP_SPLIT: the first KV split never writes its
                     partial result (the combine reads stale workspace).
+* ``short_layout_unmarked`` built with KDTREE_FAULT_SHORT_LAYOUT_UNMARKED: a short one-request
+                    call in the short layout leaves the grid's splits past its own unmarked
+                    (the combine then merges whatever an earlier call left there).
 * ``stale_lengths`` the shipped kernel, but under CUDA-graph capture it reads a copy of
                     the request lengths (kv_indptr) taken at the last eager call, as a kernel
                     that bakes per-step data into the graph would: eager runs are right,
@@ -30,6 +33,7 @@ def _variant(defines: tuple[str, ...]):
 
 mask_shift = _variant(("KDTREE_FAULT_MASK_SHIFT",))
 drop_split = _variant(("KDTREE_FAULT_DROP_SPLIT",))
+short_layout_unmarked = _variant(("KDTREE_FAULT_SHORT_LAYOUT_UNMARKED",))
 
 _STALE: dict[tuple, torch.Tensor] = {}
 

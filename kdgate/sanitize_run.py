@@ -33,6 +33,7 @@ CASES = (
     VerifyCase(ctx=(9000,), n=4, heads=8, seed=98),           # 32 rows: the wgmma path's 32-row blocks, split
     VerifyCase(ctx=(3000,), n=64, heads=8, seed=96),          # 8 row blocks: 16 splits, 2 combine warps per chunk
     VerifyCase(ctx=(16800,), n=8, heads=8, seed=97),          # one split per SM (132 on the H200), each with KV
+    VerifyCase(ctx=(2000,), n=8, heads=8, seed=99),           # 64 rows, short: 4 blocks of 16 x 33 splits
                                                               # positions: the combine's third batch of loads
 )
 

@@ -72,42 +72,61 @@ __device__ __forceinline__ void batch_lengths(const VerifyParams& p, int64_t* to
   *longest = most;
 }
 
-// What CTA (row block blockIdx.x, request blockIdx.y, split blockIdx.z) computes: its
-// request's extent, rows (draft tokens x heads) and KV length (prefix + draft tokens), its
-// first row, its split's KV positions [j_begin, j_end) and the request's mask offset.
+// A CTA's place in its call's layout: row block, request, split, and the splits each
+// request's KV is cut into in that layout. grid_coord(): the launch grid's own layout (row
+// block blockIdx.x, request blockIdx.y, split blockIdx.z of num_splits); a kernel may lay a
+// short request out otherwise (wgmma/short_layout.cuh).
+struct CtaCoord {
+  int64_t row_block, request, split, splits;
+};
+__device__ __forceinline__ CtaCoord grid_coord(const VerifyParams& p) {
+  return {static_cast<int64_t>(blockIdx.x), static_cast<int64_t>(blockIdx.y), static_cast<int64_t>(blockIdx.z),
+          p.num_splits};
+}
+
+// What the CTA at `c` computes: its request's extent, rows (draft tokens x heads) and KV
+// length (prefix + draft tokens), its first row, its split's KV positions [j_begin, j_end)
+// and the request's mask offset.
 struct CtaWork {
   RequestExtent ext;
   int64_t rows, row0, length, j_begin, j_end, mask_base;
-  bool half_idle;  // a short request: the grid's upper half of splits holds none of its KV positions
+  bool half_idle;  // a short request: the layout's upper half of splits holds none of its KV positions
 };
 
 // This CTA's work for `block_rows` rows per CTA and the path's split_range() sizes (over
-// the request's share of the splits, request_splits()); the first CTA of each request
-// reports bad lengths. Called by every thread of the CTA. False when it has nothing to write: its
-// request's tokens lie outside q, or its row block lies past the request's rows.
-__device__ __forceinline__ bool cta_work(const VerifyParams& p, int64_t block_rows, int64_t min_chunk,
-                                         int64_t tile, CtaWork* w) {
-  const int64_t b = blockIdx.y, split = blockIdx.z;
-  if (!request_extent(p, b, threadIdx.x == 0 && blockIdx.x == 0 && split == 0, &w->ext)) return false;
+// the request's share of the layout's splits: request_splits() where the grid balances
+// unequal lengths); the first CTA of each request reports bad lengths. Called by every
+// thread of the CTA. False when it has nothing to write: its request's tokens lie outside
+// q, or its row block lies past the request's rows.
+__device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& c, int64_t block_rows,
+                                         int64_t min_chunk, int64_t tile, CtaWork* w) {
+  const int64_t b = c.request, split = c.split;
+  if (!request_extent(p, b, threadIdx.x == 0 && c.row_block == 0 && split == 0, &w->ext)) return false;
   w->rows = w->ext.qo_len * p.heads;
-  w->row0 = static_cast<int64_t>(blockIdx.x) * block_rows;
+  w->row0 = c.row_block * block_rows;
   if (w->row0 >= w->rows) return false;
   w->length = w->ext.prefix + w->ext.qo_len;
-  int64_t splits = p.num_splits;  // this request's share of the grid's splits
-  if (p.base_splits < p.num_splits) {
+  int64_t splits = c.splits;  // this request's share of the layout's splits
+  if (c.splits == p.num_splits && p.base_splits < p.num_splits) {
     int64_t total, longest;
     batch_lengths(p, &total, &longest);
     splits = request_splits(w->length, total, longest, p.bs, p.base_splits, p.num_splits);
   }
   split_range(w->length, splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
   int64_t mid_begin, mid_end;
-  split_range(w->length, splits, p.num_splits / 2, &mid_begin, &mid_end, min_chunk, tile);
+  split_range(w->length, splits, c.splits / 2, &mid_begin, &mid_end, min_chunk, tile);
   w->half_idle = mid_begin >= mid_end;
 #ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
   if (p.num_splits > 1 && split == 0) return false;
 #endif
   w->mask_base = p.mask ? p.mask_indptr[b] : 0;
   return true;
+}
+
+// cta_work() at the launch grid's own layout.
+__device__ __forceinline__ bool cta_work(const VerifyParams& p, int64_t block_rows, int64_t min_chunk,
+                                         int64_t tile, CtaWork* w) {
+  return cta_work(p, grid_coord(p), block_rows, min_chunk, tile, w);
 }
 
 // A slot index clamped into the KV buffer (a bad one is reported when `report`).

@@ -26,6 +26,7 @@
 #include "../verify_params.h"
 #include "kv_staging.cuh"
 #include "row_halves.cuh"
+#include "short_layout.cuh"
 
 namespace kdtree {
 namespace wgmma_rows {
@@ -61,10 +62,15 @@ __device__ __forceinline__ void pv_steps(float* acc, uint32_t p_desc, uint32_t v
   (wgmma::MmaSS256::run<(I * 32) / 16, (I * 2048) / 16>(acc, p_desc, v_desc), ...);
 }
 
+// 64 rows per CTA, or in a one-request call short enough for the short layout
+// (short_layout.cuh) 16 of them (the rest padding).
 __global__ void __launch_bounds__(kThreads, 1)
 verify_rows_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   wait_for_prior_grids();  // before any global access (inputs, workspace)
+  CtaCoord coord = grid_coord(p);
+  int64_t block_rows = kRows;
+  enter_short_layout(p, &coord, &block_rows);
   constexpr int TPR = kThreadsPerRow;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_address(smem_raw);
@@ -77,16 +83,17 @@ verify_rows_kernel(const VerifyParams p) {
   const int g = lane / 4, t = lane % 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
 
-  const int64_t split = blockIdx.z, H = p.heads;
+  const int64_t split = coord.split, H = p.heads;
   CtaWork work;
-  if (!cta_work(p, kRows, kMinChunkWgmma, kTile, &work)) return;
+  if (!cta_work(p, coord, block_rows, kMinChunkWgmma, kTile, &work)) return;
   const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
+  const int64_t row_end = rows < row0 + block_rows ? rows : row0 + block_rows;  // past it: padding
 
   // this thread's rows of the block, qrow[0] = 16 warp + g (s[4k], s[4k + 1]) and qrow[0] + 8
   // (s[4k + 2], s[4k + 3]); their draft tokens (-1: padding)
   int tok_of[2];
-  const uint32_t valid_bits = row_tokens<16>(row0 + 16 * warp + g, rows, H, tok_of);
+  const uint32_t valid_bits = row_tokens<16>(row0 + 16 * warp + g, row_end, H, tok_of);
   const int qrow[2] = {16 * warp + g, 16 * warp + g + 8};  // this thread's rows in the block
 
   float acc[kHalfDims / 2];  // acc[4k + e]: row lo/hi (e / 2), dim 256 wg + 8k + 2t + e % 2
@@ -98,7 +105,7 @@ verify_rows_kernel(const VerifyParams p) {
   const int64_t num_tiles = j_begin < j_end ? ceil_div(j_end - j_begin, kTile) : 0;
   if (num_tiles > 0) {
     const int64_t first_index = prefix_index_ahead(p, ext, j_begin + load_r, j_end);
-    load_q_rows<kThreads, kRows>(p, q_addr, row0, rows, qo_start, tid);
+    load_q_rows<kThreads, kRows>(p, q_addr, row0, row_end, qo_start, tid);
     load_kv_tile<TPR>(p, ext, base, j_begin,
                                   kv_source_of(p, ext, j_begin + load_r, j_end, first_index, load_c0 == 0), load_r,
                                   load_c0);
