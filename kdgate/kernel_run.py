@@ -32,6 +32,20 @@ class CaseOutcome:
                 out.append(versus)
         return out
 
+    def lse_problem(self) -> str | None:
+        """What is wrong with the candidate's LSE against the fp64 reference's: None when it
+        is finite exactly where the reference is and off by at most 1e-3 of the reference's
+        largest magnitude (at least 1) there."""
+        lse, ref = self.lse.double(), self.reference_lse
+        finite = torch.isfinite(ref)
+        if not torch.equal(torch.isfinite(lse), finite):
+            return "LSE finite positions differ"
+        if not finite.any():
+            return None
+        err = (lse[finite] - ref[finite]).abs().max().item()
+        bound = 1e-3 * max(1.0, ref[finite].abs().max().item())
+        return None if err <= bound else f"LSE off by {err} (bound {bound})"
+
 
 def run_candidate(candidate, inputs: VerifyInputs, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The candidate's output (poisoned with NaN first) and LSE (poisoned likewise)."""

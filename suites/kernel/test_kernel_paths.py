@@ -6,7 +6,6 @@ also judged by the rest of the layer; this file makes sure no opt-in path ships 
 A path the device cannot run is reported as not run, with the reason."""
 
 import pytest
-import torch
 
 from kdgate.kernel_run import run_case
 from kdgate.verify_inputs import VerifyCase, build_inputs
@@ -44,9 +43,5 @@ def test_every_kernel_path_holds_parity(candidate, cuda_device, path, case, monk
     gate_notes.append(f"kernel path {path} (plan {chosen}, {splits} splits) {case.id}: "
                       f"{outcome.report.brief()}")
     assert not outcome.problems(), f"path {path} on {case.id}:\n{outcome.report.summary()}"
-    lse, ref = outcome.lse.double(), outcome.reference_lse
-    finite = torch.isfinite(ref)
-    assert torch.equal(torch.isfinite(lse), finite), f"path {path}: LSE finite positions differ"
-    if finite.any():
-        err = (lse[finite] - ref[finite]).abs().max().item()
-        assert err <= 1e-3 * max(1.0, ref[finite].abs().max().item()), f"path {path}: LSE off by {err}"
+    lse_problem = outcome.lse_problem()
+    assert lse_problem is None, f"path {path}: {lse_problem}"

@@ -2,7 +2,6 @@
 ``--kernel`` path as any candidate, must each be rejected by the layer's own checks."""
 
 import pytest
-import torch
 
 from kdgate.candidates import resolve
 from kdgate.kernel_run import run_case

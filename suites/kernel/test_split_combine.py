@@ -9,7 +9,6 @@ row) takes few splits of many rows (combine_by_rows: more than 1,056 rows on 132
 build is held to the rule too (test_combine_holds_parity_in_every_build)."""
 
 import pytest
-import torch
 
 from kdgate.kernel_run import run_case
 from kdgate.verify_inputs import VerifyCase, build_inputs
@@ -45,11 +44,8 @@ def test_combine_holds_parity_with_every_group_size(candidate, cuda_device, case
     outcome = run_case(candidate, build_inputs(case, cuda_device), compare_baseline=False)
     gate_notes.append(f"split combine, {splits} splits (plan {path}) {case.id}: {outcome.report.brief()}")
     assert not outcome.problems(), f"{splits} splits on {case.id}:\n{outcome.report.summary()}"
-    lse, ref = outcome.lse.double(), outcome.reference_lse
-    finite = torch.isfinite(ref)
-    assert torch.equal(torch.isfinite(lse), finite), f"{splits} splits: LSE finite positions differ"
-    err = (lse[finite] - ref[finite]).abs().max().item()
-    assert err <= 1e-3 * max(1.0, ref[finite].abs().max().item()), f"{splits} splits: LSE off by {err}"
+    lse_problem = outcome.lse_problem()
+    assert lse_problem is None, f"{splits} splits: {lse_problem}"
 
 
 # (case, CTAs per SM of the combine build it must take on the H200's 132 SMs, whether that is
