@@ -12,6 +12,11 @@ it pays per tile, and the per-tile time is set against the tile's two floors in 
 - copy: the tile's KV bytes times the CTAs streaming at once, at the copy ceiling (each
   row block reads the KV again unless L2 serves it);
 - matmul: the tile's FLOPs for the CTA's rows, at the matmul ceiling's share of one SM.
+
+Only cases where nearly every split has KV (``BUSY_SHARE``) are fitted. That also leaves out
+the short one-request calls of 33-64 rows that the rows kernel lays out in 16-row blocks
+(kernels/csrc/wgmma/short_layout.cuh): it takes that layout only when the grid's layout
+would leave half of its splits without KV.
 """
 
 from __future__ import annotations
