@@ -30,20 +30,32 @@ PAIRS = (
 IDS = [f"n{s.n}-h{s.heads}-ctx{s.ctx[0]}-after-ctx{long.ctx[0]}" for long, s in PAIRS]
 
 
-def _wgmma_or_skip(case: VerifyCase, device) -> None:
+# kernels/csrc/split_plan.h: kMinChunkWgmma, the fewest KV positions the grid gives a split
+MIN_CHUNK = 128
+SHORT_BLOCK_ROWS = 16
+
+
+def _short_layout_or_skip(case: VerifyCase, device) -> None:
+    """Skip, saying why, unless this device's plan runs ``case`` in the short layout
+    (kernels/csrc/wgmma/short_layout.cuh: bs 1, one 64-row block on the rows kernel, at least 2
+    short splits, and at most (splits / 2) x MIN_CHUNK positions); the pairs are sized for the
+    H200's 132 SMs."""
     from kdtree.verify_op import PATH_NAMES, plan
 
-    splits, _, path, _ = plan(len(case.ctx), case.heads, case.n, device)
-    if not PATH_NAMES[path].startswith("wgmma"):
-        pytest.skip(f"not run: the short layout belongs to the wgmma path; this device plans {PATH_NAMES[path]}")
-    assert splits >= 2, f"{case.id}: planned {splits} split, the short layout needs a split grid"
+    splits, row_blocks, path, _ = plan(len(case.ctx), case.heads, case.n, device)
+    rows, length = case.n * case.heads, case.ctx[0] + case.n
+    if PATH_NAMES[path] != "wgmma-64" or row_blocks != 1:
+        pytest.skip(f"not run: the short layout belongs to the rows kernel; this device plans {PATH_NAMES[path]} "
+                    f"with {row_blocks} row blocks for {case.id}")
+    if splits // -(-rows // SHORT_BLOCK_ROWS) < 2 or length > splits // 2 * MIN_CHUNK:
+        pytest.skip(f"not run: with this device's {splits} splits, {case.id} ({length} positions) is not short")
 
 
 @pytest.mark.parametrize("long,short", PAIRS, ids=IDS)
 def test_short_call_after_a_long_one_holds_parity(candidate, cuda_device, long, short, gate_notes):
     if candidate.name != "kdtree":
         pytest.skip(f"not run: the short layout belongs to the shipped kernel, not --kernel {candidate.name}")
-    _wgmma_or_skip(short, cuda_device)
+    _short_layout_or_skip(short, cuda_device)
     first = run_case(candidate, build_inputs(long, cuda_device), compare_baseline=False)
     assert not first.problems(), f"long call {long.id}:\n{first.report.summary()}"
     outcome = run_case(candidate, build_inputs(short, cuda_device), compare_baseline=False)
@@ -55,7 +67,7 @@ def test_short_call_after_a_long_one_holds_parity(candidate, cuda_device, long, 
 
 @pytest.mark.parametrize("long,short", PAIRS, ids=IDS)
 def test_unmarked_short_layout_fails_parity(cuda_device, long, short):
-    _wgmma_or_skip(short, cuda_device)
+    _short_layout_or_skip(short, cuda_device)
     broken = resolve("kdgate.broken_kernels:short_layout_unmarked")
     run_case(broken, build_inputs(long, cuda_device), compare_baseline=False)
     outcome = run_case(broken, build_inputs(short, cuda_device), compare_baseline=False)
