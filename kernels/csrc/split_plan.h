@@ -136,4 +136,18 @@ __host__ __device__ inline void split_range(int64_t length, int64_t num_splits, 
   *end = e < length ? e : length;
 }
 
+// Whether split_range() over `num_splits` splits gives split `first`, and so every later split,
+// none of a request's `length` positions. In the usual case (`first` at most half of the
+// splits, `min_chunk` a whole number of tiles, as for every wgmma and tiled split) that is
+// length <= first x min_chunk, with no division: a chunk above min_chunk comes from
+// length > num_splits x min_chunk and is below length / num_splits + tile, and `first` of
+// those fall short of length.
+__host__ __device__ inline bool splits_idle_from(int64_t length, int64_t num_splits, int64_t first,
+                                                 int64_t min_chunk, int64_t tile = kBlockN) {
+  if (min_chunk >= tile && min_chunk % tile == 0 && 2 * first <= num_splits) return length <= first * min_chunk;
+  int64_t begin, end;
+  split_range(length, num_splits, first, &begin, &end, min_chunk, tile);
+  return begin >= end;
+}
+
 }  // namespace kdtree

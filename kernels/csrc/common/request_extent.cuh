@@ -93,19 +93,25 @@ struct CtaWork {
   bool half_idle;  // a short request: the layout's upper half of splits holds none of its KV positions
 };
 
+// The extent of the request of the CTA at `c`; the first CTA of each request (row block 0,
+// split 0) reports bad lengths. Called by every thread of the CTA; false as request_extent().
+__device__ __forceinline__ bool cta_extent(const VerifyParams& p, const CtaCoord& c, RequestExtent* ext) {
+  return request_extent(p, c.request, threadIdx.x == 0 && c.row_block == 0 && c.split == 0, ext);
+}
+
 // This CTA's work for `block_rows` rows per CTA and the path's split_range() sizes (over
 // the request's share of the layout's splits: request_splits() where the grid balances
-// unequal lengths); the first CTA of each request reports bad lengths. Called by every
-// thread of the CTA. False when it has nothing to write: its request's tokens lie outside
-// q, or its row block lies past the request's rows.
-__device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& c, int64_t block_rows,
-                                         int64_t min_chunk, int64_t tile, CtaWork* w) {
+// unequal lengths), given its request's extent `ext` (cta_extent()). Called by every
+// thread of the CTA. False when it has nothing to write: its row block lies past the
+// request's rows.
+__device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& c, const RequestExtent& ext,
+                                         int64_t block_rows, int64_t min_chunk, int64_t tile, CtaWork* w) {
   const int64_t b = c.request, split = c.split;
-  if (!request_extent(p, b, threadIdx.x == 0 && c.row_block == 0 && split == 0, &w->ext)) return false;
-  w->rows = w->ext.qo_len * p.heads;
+  w->ext = ext;
+  w->rows = ext.qo_len * p.heads;
   w->row0 = c.row_block * block_rows;
   if (w->row0 >= w->rows) return false;
-  w->length = w->ext.prefix + w->ext.qo_len;
+  w->length = ext.prefix + ext.qo_len;
   int64_t splits = c.splits;  // this request's share of the layout's splits
   if (c.splits == p.num_splits && p.base_splits < p.num_splits) {
     int64_t total, longest;
@@ -113,9 +119,7 @@ __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& 
     splits = request_splits(w->length, total, longest, p.bs, p.base_splits, p.num_splits);
   }
   split_range(w->length, splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
-  int64_t mid_begin, mid_end;
-  split_range(w->length, splits, c.splits / 2, &mid_begin, &mid_end, min_chunk, tile);
-  w->half_idle = mid_begin >= mid_end;
+  w->half_idle = splits_idle_from(w->length, splits, c.splits / 2, min_chunk, tile);
 #ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
   if (p.num_splits > 1 && split == 0) return false;
 #endif
@@ -123,10 +127,13 @@ __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& 
   return true;
 }
 
-// cta_work() at the launch grid's own layout.
+// cta_work() at the launch grid's own layout, reading the request's extent (false also when
+// its tokens lie outside q).
 __device__ __forceinline__ bool cta_work(const VerifyParams& p, int64_t block_rows, int64_t min_chunk,
                                          int64_t tile, CtaWork* w) {
-  return cta_work(p, grid_coord(p), block_rows, min_chunk, tile, w);
+  const CtaCoord c = grid_coord(p);
+  RequestExtent ext;
+  return cta_extent(p, c, &ext) && cta_work(p, c, ext, block_rows, min_chunk, tile, w);
 }
 
 // A slot index clamped into the KV buffer (a bad one is reported when `report`).

@@ -13,8 +13,10 @@
 #include <cstdint>
 
 #include "../common/request_extent.cuh"
+#include "../common/row_result.cuh"
 #include "../split_plan.h"
 #include "../verify_params.h"
+#include "kv_staging.cuh"
 
 namespace kdtree {
 namespace wgmma_path {
@@ -23,11 +25,11 @@ constexpr int64_t kShortBlockRows = 16;
 
 // True when this call runs in the short layout; then *c is this CTA's place in it and
 // *block_rows its rows per block. Every CTA of the call decides alike (one request, its
-// length from device memory). A CTA in the layout also marks its row block's splits past the
-// layout's S (S + its split, 2 S + ...) as having seen nothing, (m, l) = (-inf, 0), so the
-// combine, which reads every split of the grid, weighs them 0. Call after
-// wait_for_prior_grids(), from every thread.
-__device__ __forceinline__ bool enter_short_layout(const VerifyParams& p, CtaCoord* c, int64_t* block_rows) {
+// extent `ext` from device memory: cta_extent()). A CTA in the layout also marks its row
+// block's splits past the layout's S (S + its split, 2 S + ...) as having seen nothing, so
+// the combine, which reads every split of the grid, weighs them 0. Call from every thread.
+__device__ __forceinline__ bool enter_short_layout(const VerifyParams& p, const RequestExtent& ext, CtaCoord* c,
+                                                   int64_t* block_rows) {
 #if defined(KDTREE_NO_SHORT_LAYOUT)
   return false;
 #else
@@ -36,11 +38,11 @@ __device__ __forceinline__ bool enter_short_layout(const VerifyParams& p, CtaCoo
   const uint32_t blocks = static_cast<uint32_t>(ceil_div(p.n_max * p.heads, kShortBlockRows));
   const uint32_t splits = static_cast<uint32_t>(p.num_splits) / blocks;
   if (splits < 2) return false;
-  RequestExtent ext;
-  if (!request_extent(p, 0, false, &ext)) return false;  // the grid's layout reports it
-  // the grid's layout gives each split at least kMinChunkWgmma positions: at most this many
-  // leave its upper half of splits without KV
-  if (ext.prefix + ext.qo_len > (p.num_splits / 2) * kMinChunkWgmma) return false;
+  // short: the grid's own layout would leave its upper half of splits without KV (the
+  // division-free case of splits_idle_from(): num_splits >= 2 here)
+  const int64_t half = p.num_splits / 2;
+  __builtin_assume(2 * half <= p.num_splits);
+  if (!splits_idle_from(ext.prefix + ext.qo_len, p.num_splits, half, kMinChunkWgmma, kTile)) return false;
   const uint32_t cta = blockIdx.z;
   *c = {cta % blocks, 0, cta / blocks, splits};
   *block_rows = kShortBlockRows;
@@ -53,11 +55,9 @@ __device__ __forceinline__ bool enter_short_layout(const VerifyParams& p, CtaCoo
   if (threadIdx.x < kShortBlockRows && row < ext.qo_len * p.heads) {
     int64_t tok, head;
     row_token_head(row, p.heads, &tok, &head);
-    for (int64_t d = c->split + splits; d < p.num_splits; d += splits) {  // this row's splits past S
-      const int64_t flat = (d * p.total_tokens + ext.qo_start + tok) * p.heads + head;
-      p.ws_ml[flat * 2] = -INFINITY;
-      p.ws_ml[flat * 2 + 1] = 0.f;
-    }
+    for (int64_t d = c->split + splits; d < p.num_splits; d += splits)  // this row's splits past S
+      write_row_result(p, d, ext.qo_start + tok, head, -INFINITY, 0.f, true, [](__nv_bfloat16*, float) {},
+                       [](float*) {});
   }
 #endif
   return true;

@@ -69,8 +69,10 @@ verify_rows_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   wait_for_prior_grids();  // before any global access (inputs, workspace)
   CtaCoord coord = grid_coord(p);
+  RequestExtent request;
+  if (!cta_extent(p, coord, &request)) return;  // its tokens lie outside q: nothing to write
   int64_t block_rows = kRows;
-  enter_short_layout(p, &coord, &block_rows);
+  enter_short_layout(p, request, &coord, &block_rows);
   constexpr int TPR = kThreadsPerRow;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_address(smem_raw);
@@ -85,7 +87,7 @@ verify_rows_kernel(const VerifyParams p) {
 
   const int64_t split = coord.split, H = p.heads;
   CtaWork work;
-  if (!cta_work(p, coord, block_rows, kMinChunkWgmma, kTile, &work)) return;
+  if (!cta_work(p, coord, request, block_rows, kMinChunkWgmma, kTile, &work)) return;
   const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
   const int64_t row_end = rows < row0 + block_rows ? rows : row0 + block_rows;  // past it: padding
