@@ -34,6 +34,7 @@ def test_stale_lengths_fails_graph_replay(cuda_device):
     ("mask_shift", "suites/kernel/test_parity.py", "boundary"),
     ("drop_split", "suites/kernel/test_parity.py", "ctx65536-"),
     ("stale_lengths", "suites/graph/test_graph_replay.py", "replay_matches"),
+    ("mask_shift", "suites/kernel/test_tree_paths.py", "ctx20-boundary"),
 ])
 def test_broken_kernel_is_rejected_through_the_kernel_option(name, suite, select):
     """The same layer run as a user would, ``pytest --kernel kdgate.broken_kernels:NAME``:

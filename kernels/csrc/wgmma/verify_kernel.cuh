@@ -93,6 +93,7 @@ template <int NW, int WGS, int MWG>
 __global__ void __launch_bounds__(128 * WGS, 1)
 verify_wgmma_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  prefetch_extent_lines(p, blockIdx.y);  // L2 prefetches only, ahead of the wait
   wait_for_prior_grids();  // before any global access (inputs, workspace)
   using S = Shape<NW, WGS, MWG>;
   constexpr int TPR = S::kThreadsPerRow;

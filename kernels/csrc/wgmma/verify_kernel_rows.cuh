@@ -67,6 +67,7 @@ __device__ __forceinline__ void pv_steps(float* acc, uint32_t p_desc, uint32_t v
 __global__ void __launch_bounds__(kThreads, 1)
 verify_rows_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  prefetch_extent_lines(p, blockIdx.y);  // L2 prefetches only, ahead of the wait
   wait_for_prior_grids();  // before any global access (inputs, workspace)
   CtaCoord coord = grid_coord(p);
   RequestExtent request;

@@ -168,6 +168,7 @@ __device__ __forceinline__ float finite_or_zero(float m) { return m == -INFINITY
 __global__ void __launch_bounds__(kThreads, 1)
 verify_seesaw_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  prefetch_extent_lines(p, blockIdx.y);  // L2 prefetches only, ahead of the wait
   wait_for_prior_grids();  // before any global access (inputs, workspace)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_address(smem_raw);
