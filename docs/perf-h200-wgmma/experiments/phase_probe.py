@@ -38,6 +38,11 @@ def report(label, ctas, combine_ctas):
            f"(CTA entry spread {(max(r[8] for r in rows) - t0) / 1000:.2f}, after-wait first {(min(r[12] for r in rows) - t0) / 1000:.2f} " \
            f"last {(max(r[12] for r in rows) - t0) / 1000:.2f}); {len(work)} CTAs with KV, {len(idle)} without"
     print(line)
+    waits = sorted((r[12] - r[8]) / 1000 for r in rows if r[12] and r[8])  # entry to after the wait
+    if waits:
+        at = lambda f: waits[min(len(waits) - 1, int(f * len(waits)))]  # noqa: E731
+        print(f"   wait (globaltimer) over {len(waits)} CTAs: min {waits[0]:.2f} median {at(.5):.2f} "
+              f"p75 {at(.75):.2f} max {waits[-1]:.2f} us")
     for name, group in (("with KV", work), ("without", idle)):
         if not group: continue
         segs = []
