@@ -39,8 +39,9 @@ __device__ __forceinline__ void cp_async_16_to(uint32_t smem_dst, const void* sr
 
 // Stage KV positions [j0, j0 + 64) into the swizzled tile at shared address `stage`; this
 // thread copies the 16-byte chunks c0, c0 + TPR, ... of row r of every column block
-// (`source` = kv_source() of that row). Block offsets are immediates; only the 8 / TPR
-// swizzled chunk offsets of the row live in registers.
+// (`source` = kv_source() of that row). Block offsets are immediates on both sides; only the
+// 8 / TPR swizzled chunk offsets of the row and its chunk addresses live in registers. A row
+// past the range (no bytes) points at the buffer's base, and its copies read nothing.
 template <int TPR>
 __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const RequestExtent& ext,
                                              uint32_t stage, int64_t j0, int64_t source, int r, int c0) {
@@ -50,21 +51,24 @@ __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const Reques
   for (int q = 0; q < 8 / TPR; ++q) {
     const int cc = c0 + q * TPR;
     const uint32_t dst = stage + wgmma::swizzled(r, cc);
+    const bf16* chunk = src + cc * 8;
 #pragma unroll
-    for (int blk = 0; blk < kColBlocks; ++blk)
-      cp_async_16_to(dst + blk * kBlockBytes, bytes ? src + blk * 64 + cc * 8 : src, bytes);
+    for (int blk = 0; blk < kColBlocks; ++blk) cp_async_16_to(dst + blk * kBlockBytes, chunk + blk * 64, bytes);
   }
 }
 
 // Stage query rows [row0, row0 + ROWS) of the request (zeros past `rows`) as column blocks
-// of ROWS x 128 bytes at `q_addr`, swizzled like a KV tile: the kThreads / ROWS threads of a
-// row copy its 72 chunks, the row's address worked out once.
+// of ROWS x 128 bytes at `q_addr`, swizzled like a KV tile: the kThreadsPerRow threads of a
+// row copy its 72 chunks, the row's address worked out once and every block offset an
+// immediate (as load_kv_tile). A row past `rows` (no bytes) points at q's base, and its
+// copies read nothing.
 template <int kThreads, int ROWS>
 __device__ __forceinline__ void load_q_rows(const VerifyParams& p, uint32_t q_addr, int64_t row0, int64_t rows,
                                             int64_t qo_start, int tid) {
   constexpr int kThreadsPerRow = kThreads / ROWS;
   static_assert(kThreads % ROWS == 0, "whole threads per Q row");
-  const int r = tid / kThreadsPerRow;
+  static_assert(8 % kThreadsPerRow == 0 || kThreadsPerRow % 8 == 0, "a row's threads split its 8 chunks evenly");
+  const int r = tid / kThreadsPerRow, c0 = tid % kThreadsPerRow;
   const int64_t row = row0 + r;
   const bf16* src = static_cast<const bf16*>(p.q);
   int bytes = 0;
@@ -74,9 +78,25 @@ __device__ __forceinline__ void load_q_rows(const VerifyParams& p, uint32_t q_ad
     src += (qo_start + tok) * p.q_stride_t + head * p.q_stride_h;
     bytes = 16;
   }
+  if constexpr (kThreadsPerRow <= 8) {  // chunks c0, c0 + kThreadsPerRow, ... of every block
 #pragma unroll
-  for (int c = tid % kThreadsPerRow; c < kColBlocks * 8; c += kThreadsPerRow)
-    cp_async_16_to(q_addr + (c / 8) * (ROWS * 128) + wgmma::swizzled(r, c % 8), bytes ? src + c * 8 : src, bytes);
+    for (int q = 0; q < 8 / kThreadsPerRow; ++q) {
+      const int cc = c0 + q * kThreadsPerRow;
+      const uint32_t dst = q_addr + wgmma::swizzled(r, cc);
+      const bf16* chunk = src + cc * 8;
+#pragma unroll
+      for (int blk = 0; blk < kColBlocks; ++blk) cp_async_16_to(dst + blk * (ROWS * 128), chunk + blk * 64, bytes);
+    }
+  } else {  // chunk c0 % 8 of blocks c0 / 8, c0 / 8 + kThreadsPerRow / 8, ...
+    constexpr int kBlockStep = kThreadsPerRow / 8;
+    const int first = c0 / 8;
+    const uint32_t dst = q_addr + first * (ROWS * 128) + wgmma::swizzled(r, c0 % 8);
+    const bf16* chunk = src + first * 64 + (c0 % 8) * 8;
+#pragma unroll
+    for (int k = 0; k * kBlockStep < kColBlocks; ++k)
+      if (first + k * kBlockStep < kColBlocks)
+        cp_async_16_to(dst + k * kBlockStep * (ROWS * 128), chunk + k * kBlockStep * 64, bytes);
+  }
 }
 
 // Top of a main-loop iteration: this thread's copies of tile `it` landed and, after the
