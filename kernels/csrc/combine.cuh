@@ -8,7 +8,8 @@
 // order. Either way each
 // output is rounded to bf16 once, and a row's splits are added in split order. Splits that
 // saw nothing (m = -inf) weigh 0 and their partial output, never written, is not read.
-// Weights are exact log2-domain exponentials.
+// Weights are exact log2-domain exponentials. Both kernels read what decides whether they
+// compute a row (qo_indptr) before they wait for the main kernel (TokenOwner).
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -65,21 +66,95 @@ __host__ __device__ inline int64_t combine_ctas(int64_t rows, int64_t num_splits
   return by_rows ? ceil_div(rows, kCombineWarps) : combine_chunk_ctas(rows, num_splits);
 }
 
+// Entry i of qo_indptr (int32 or int64).
+__device__ __forceinline__ int64_t qo_entry(const VerifyParams& p, int64_t i) {
+  return p.qo_is_64 ? static_cast<const int64_t*>(p.qo_indptr)[i]
+                    : static_cast<int64_t>(static_cast<const int32_t*>(p.qo_indptr)[i]);
+}
+
+// Whether token t is one of the computed rows of the request whose tokens are [start, end):
+// inside it and among its first max_len_extend (n_max) tokens.
+__device__ __forceinline__ bool computed_token(const VerifyParams& p, int64_t t, int64_t start, int64_t end) {
+  return t >= start && t < end && t - start < p.n_max;
+}
+
 // The request that owns token t (binary search in qo_indptr), or -1 when t belongs to no
 // request or lies past its request's max_len_extend rows (never computed).
 __device__ __forceinline__ int64_t owning_request(const VerifyParams& p, int64_t t) {
-  auto at = [&](int64_t i) {
-    return p.qo_is_64 ? static_cast<const int64_t*>(p.qo_indptr)[i]
-                      : static_cast<int64_t>(static_cast<const int32_t*>(p.qo_indptr)[i]);
-  };
-  if (t < at(0) || t >= at(p.bs)) return -1;
-  int64_t lo = 0, hi = p.bs;  // at(lo) <= t < at(hi)
+  if (t < qo_entry(p, 0) || t >= qo_entry(p, p.bs)) return -1;
+  int64_t lo = 0, hi = p.bs;  // entry lo <= t < entry hi
   while (hi - lo > 1) {
     int64_t mid = (lo + hi) / 2;
-    if (at(mid) <= t) lo = mid; else hi = mid;
+    if (qo_entry(p, mid) <= t) lo = mid; else hi = mid;
   }
-  return t - at(lo) < p.n_max ? lo : -1;
+  return computed_token(p, t, qo_entry(p, lo), qo_entry(p, lo + 1)) ? lo : -1;
 }
+
+// Whether a combine computes token t: owning_request() in two halves around the combine's
+// wait for its main kernel (wait_for_prior_grids()). begin_then_wait() reads what decides it
+// and then waits: qo_indptr is a call input, written before the main kernel started, and a
+// combine launches only once every CTA of its main kernel has passed that kernel's own wait
+// (grid_dependency.cuh). At bs 1 it only issues the loads of entries 0 and 1, as 32-bit
+// words in the same asm statement as the wait, so nothing uses them before it and their
+// round trip overlaps it; computed() forms and compares them after. A batch's binary search
+// runs before the wait. -DKDTREE_COMBINE_LOOKUP_AFTER_WAIT: the lookup after the wait (A/B).
+struct TokenOwner {
+  uint32_t start_lo, start_hi, end_lo, end_hi;  // bs 1: entries 0 and 1 as 32-bit words
+  bool owned;                                   // a batch: owning_request() found an owner
+  __device__ __forceinline__ void begin_then_wait(const VerifyParams& p, int64_t t, bool row) {
+    start_lo = start_hi = end_lo = end_hi = 0;
+    owned = false;
+#if defined(KDTREE_COMBINE_LOOKUP_AFTER_WAIT)
+    wait_for_prior_grids();  // computed() looks the owner up
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.bs == 1) {
+      const char* entry0 = static_cast<const char*>(p.qo_indptr);
+      const char* entry1 = entry0 + (p.qo_is_64 ? 8 : 4);
+      asm volatile(
+          "{\n\t.reg .pred wide;\n\t"
+          "setp.ne.u32 wide, %4, 0;\n\t"
+          "ld.global.b32 %0, [%5];\n\t"
+          "ld.global.b32 %2, [%6];\n\t"
+          "@wide ld.global.b32 %1, [%5 + 4];\n\t"
+          "@wide ld.global.b32 %3, [%6 + 4];\n\t"
+          "griddepcontrol.wait;\n\t}\n"
+          : "=r"(start_lo), "+r"(start_hi), "=r"(end_lo), "+r"(end_hi)
+          : "r"(static_cast<uint32_t>(p.qo_is_64 != 0)), "l"(entry0), "l"(entry1)
+          : "memory");
+    } else {
+      owned = row && owning_request(p, t) >= 0;
+      wait_for_prior_grids();
+    }
+#else  // no grid dependency before sm_90 (never built: the kernels need sm_90a or sm_120a)
+    if (p.bs == 1) {
+      const uint32_t* words = static_cast<const uint32_t*>(p.qo_indptr);
+      start_lo = words[0];
+      end_lo = words[p.qo_is_64 ? 2 : 1];
+      if (p.qo_is_64) {
+        start_hi = words[1];
+        end_hi = words[3];
+      }
+    } else {
+      owned = row && owning_request(p, t) >= 0;
+    }
+#endif
+  }
+  __device__ __forceinline__ bool computed(const VerifyParams& p, int64_t t) const {
+#if defined(KDTREE_COMBINE_LOOKUP_AFTER_WAIT)
+    return owning_request(p, t) >= 0;
+#else
+    if (p.bs == 1) {
+      const bool wide = p.qo_is_64;
+      const int64_t start = wide ? static_cast<int64_t>((static_cast<uint64_t>(start_hi) << 32) | start_lo)
+                                 : static_cast<int64_t>(static_cast<int32_t>(start_lo));
+      const int64_t end = wide ? static_cast<int64_t>((static_cast<uint64_t>(end_hi) << 32) | end_lo)
+                               : static_cast<int64_t>(static_cast<int32_t>(end_lo));
+      return computed_token(p, t, start, end);
+    }
+    return owned;
+#endif
+  }
+};
 
 // One warp's splits weighed against their maximum. Lane i holds split i's (m_i, l_i) (log2
 // units; m_i = -inf for a split that saw nothing, or a lane with no split). `m`: the warp's
@@ -109,8 +184,6 @@ __device__ __forceinline__ SplitWeights split_weights(float m_lane, float l_lane
 template <int kCtasPerSm>
 __global__ void __launch_bounds__(kCombineWarps * 32, kCtasPerSm)
 verify_combine_kernel(const VerifyParams p) {
-  wait_for_prior_grids();  // before any global access (the main kernel's partials)
-  allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
   __shared__ float4 part[kCombineWarps][32];
   __shared__ float part_m[kCombineWarps], part_l[kCombineWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -120,9 +193,12 @@ verify_combine_kernel(const VerifyParams p) {
   const int64_t stride = p.total_tokens * p.heads;
   const int64_t flat = unit / kCombineChunks;  // t * H + h
   const int chunk = static_cast<int>(unit % kCombineChunks);
-  // lane i < 24: this warp's i-th split (member + G i); its (m, l) loaded before the owner
-  // lookup (in flight together), used only for an active row
+  // lane i < 24: this warp's i-th split (member + G i)
   const int64_t my_split = member + static_cast<int64_t>(group_warps) * lane;
+  const int64_t t = flat / p.heads, h = flat % p.heads;
+  TokenOwner owner;
+  owner.begin_then_wait(p, t, flat < stride);  // before reading what the main kernel wrote
+  allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
   float ms = -INFINITY, ls = 0.f;
   if (flat < stride && lane < kCombinePerWarp && my_split < p.num_splits) {
     const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (my_split * stride + flat) * 2);
@@ -130,7 +206,7 @@ verify_combine_kernel(const VerifyParams p) {
     ls = ml.y;
   }
   // the same for every warp of a group: a unit past the rows, or a row no request owns
-  const bool active = flat < stride && owning_request(p, flat / p.heads) >= 0;
+  const bool active = flat < stride && owner.computed(p, t);
 
   // this warp's splits' weights against the warp's maximum
   float m_warp = -INFINITY, l_warp = 0.f;
@@ -185,7 +261,6 @@ verify_combine_kernel(const VerifyParams p) {
     }
   }
   if (!active) return;
-  const int64_t t = flat / p.heads, h = flat % p.heads;
   const float inv = total > 0.f ? 1.f / total : 0.f;
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h +
                        chunk * 128 + 4 * lane;
@@ -201,19 +276,21 @@ verify_combine_kernel(const VerifyParams p) {
 // time. Built for 4 CTAs per SM.
 __global__ void __launch_bounds__(kCombineWarps * 32, 4)
 verify_combine_rows_kernel(const VerifyParams p) {
-  wait_for_prior_grids();  // before any global access (the main kernel's partials)
-  allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t stride = p.total_tokens * p.heads;
   const int64_t flat = static_cast<int64_t>(blockIdx.x) * kCombineWarps + warp;  // t * H + h
+  const int64_t t = flat / p.heads, h = flat % p.heads;
+  TokenOwner owner;
+  owner.begin_then_wait(p, t, flat < stride);  // before reading what the main kernel wrote
+  allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
   if (flat >= stride) return;  // warp-uniform; this kernel has no CTA barrier
   float ms = -INFINITY, ls = 0.f;
-  if (lane < p.num_splits) {  // loaded before the owner lookup (in flight together)
+  if (lane < p.num_splits) {  // loaded before the owner is known (in flight together)
     const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (lane * stride + flat) * 2);
     ms = ml.x;
     ls = ml.y;
   }
-  if (owning_request(p, flat / p.heads) < 0) return;  // a row no request owns (warp-uniform)
+  if (!owner.computed(p, t)) return;  // a row no request owns (warp-uniform)
 
   const SplitWeights sw = split_weights(ms, ls);
   const float m = sw.m, total = sw.total, w_lane = sw.w_lane;
@@ -243,7 +320,6 @@ verify_combine_rows_kernel(const VerifyParams p) {
       }
     }
   }
-  const int64_t t = flat / p.heads, h = flat % p.heads;
   const float inv = total > 0.f ? 1.f / total : 0.f;
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h + 4 * lane;
 #pragma unroll

@@ -19,7 +19,11 @@
 namespace kdtree {
 
 // Blocks until every grid this one depends on has completed and its memory is visible.
-// Call before the first global read or write. A no-op after an ordinary launch.
+// Call before the first global write and before reading anything an earlier grid writes.
+// The main kernels call it before any global access. The combines read one input before it
+// (qo_indptr: combine.cuh, TokenOwner): a combine launches only once every CTA of its main
+// kernel has passed this wait (no main kernel allows its dependents earlier), so the grids
+// that wrote the call's inputs are complete by then. A no-op after an ordinary launch.
 __device__ __forceinline__ void wait_for_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
