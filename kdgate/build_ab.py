@@ -13,8 +13,9 @@ The kernel ships three switches, so what each design choice buys can be re-measu
   launch before its epilogue (the combine launches at the main kernel's exit).
 
 ``--against NAME=DEF[+DEF...]`` (repeatable; default the three switches, one build each).
-Writes ``ab.json`` and ``ab.md`` into ``--out``, prints the table; × = the build's time ÷
-the shipped build's (above 1: the shipped build is faster).
+Writes ``ab.json`` and ``ab.md`` into ``--out``, prints the table (per case, then by group:
+bs 1 by split count, and batches; context below or from 16k); × = the build's time ÷ the
+shipped build's (above 1: the shipped build is faster).
 """
 
 from __future__ import annotations
@@ -108,9 +109,44 @@ def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 3
             "environment": environment(), "cases": records, "layer_loop": loop}
 
 
+LONG_CONTEXT = 16 * 1024  # positions: where issue #7's targets start
+
+
+def case_group(record: dict) -> tuple:
+    """The group a case's ratios are summarised in, as a sort key: batch size 1, by the
+    shipped build's split count (which sets its grid: one split per SM below 33 rows), or a
+    batch; and context below or from LONG_CONTEXT positions (the mean for mixed lengths)."""
+    long = record["ctx"] >= LONG_CONTEXT
+    return (0, -record["splits"][SHIPPED], long) if record["bs"] == 1 else (1, 0, long)
+
+
+def group_name(key: tuple) -> str:
+    batch, minus_splits, long = key
+    ctx = "ctx >= 16k" if long else "ctx < 16k"
+    return f"bs > 1, {ctx}" if batch else f"bs 1, {-minus_splits} splits, {ctx}"
+
+
+def group_table(result: dict, others: list[str]) -> list[str]:
+    """Markdown lines: per group of cases (case_group()), each build's × median and range."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in result["cases"]:
+        groups.setdefault(case_group(r), []).append(r)
+    lines = ["", "By group, × median (min–max):", "",
+             "| group | cases | " + " | ".join(f"{n} ×" for n in others) + " |",
+             "|---|---|" + "---|" * len(others)]
+    for key in sorted(groups):
+        cells = []
+        for n in others:
+            v = sorted(r["us"][n] / r["us"][SHIPPED] for r in groups[key])
+            cells.append(f"{statistics.median(v):.3f} ({v[0]:.3f}–{v[-1]:.3f})")
+        lines.append(f"| {group_name(key)} | {len(groups[key])} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def table(result: dict) -> str:
     """The A/B as Markdown: per case each build's time, its ratio to the shipped build's
-    and the largest difference of its output; the ratios' median and range; the loop."""
+    and the largest difference of its output; the ratios' median and range, overall and by
+    group (group_table()); the loop."""
     others = [name for name in result["builds"] if name != SHIPPED]
     lines = [f"Shipped build {result['kernel_build']} against: " +
              "; ".join(f"{n} (-D{' -D'.join(result['builds'][n])})" for n in others) +
@@ -135,6 +171,8 @@ def table(result: dict) -> str:
                          f"over {len(v)} cases; the shipped build is faster by more than {NOISE:.1%} on "
                          f"{shipped_faster}, slower by more than {NOISE:.1%} on {shipped_slower} "
                          f"(× below 1: {n} is faster).")
+    if others and result["cases"]:
+        lines += group_table(result, others)
     loop = result.get("layer_loop")
     if loop:
         lines.append(f"\nLayer loop ({loop['layers']} calls in one CUDA graph, {loop['id']}), µs per call: " +

@@ -40,9 +40,9 @@ RESULT = {
     "builds": {"shipped": [], "serial": ["KDTREE_SERIAL_LAUNCH"]},
     "kernel_build": "0123456789ab",
     "cases": [
-        {"id": "bs1-ctx1k-n8-h8-tree-p64", "us": {"shipped": 18.0, "serial": 18.9},
+        {"id": "bs1-ctx1k-n8-h8-tree-p64", "bs": 1, "ctx": 1024, "us": {"shipped": 18.0, "serial": 18.9},
          "splits": {"shipped": 132, "serial": 132}, "max_abs_diff": {"serial": 0.0}, "finite": True},
-        {"id": "bs4-ctx4k-n4-h16-chain-p64", "us": {"shipped": 20.0, "serial": 20.0},
+        {"id": "bs4-ctx4k-n4-h16-chain-p64", "bs": 4, "ctx": 4096, "us": {"shipped": 20.0, "serial": 20.0},
          "splits": {"shipped": 33, "serial": 33}, "max_abs_diff": {"serial": 0.0}, "finite": True},
     ],
     "layer_loop": {"id": "bs1-ctx1k-n8-h8-tree-p64", "layers": 61, "per_call_us": {"shipped": 15.2, "serial": 16.0}},
@@ -63,6 +63,22 @@ def test_the_table_counts_the_cases_each_way_outside_the_noise():
     cases = [{**RESULT["cases"][0], "us": {"shipped": 20.0, "serial": us}} for us in (19.0, 19.9, 20.2, 21.0)]
     text = build_ab.table({**RESULT, "cases": cases})
     assert "faster by more than 1.5% on 1, slower by more than 1.5% on 1" in text
+
+
+def test_the_table_summarises_the_ratios_by_batch_split_count_and_context():
+    def case(id_, bs, ctx, splits, shipped, serial):
+        return {"id": id_, "bs": bs, "ctx": ctx, "us": {"shipped": shipped, "serial": serial},
+                "splits": {"shipped": splits, "serial": splits}, "max_abs_diff": {"serial": 0.0}, "finite": True}
+
+    cases = [case("a", 1, 1024, 132, 10.0, 11.0), case("b", 1, 4096, 132, 10.0, 10.5),
+             case("c", 1, 65536, 132, 50.0, 50.0), case("d", 1, 65536, 16, 100.0, 99.0),
+             case("e", 32, 16384, 4, 300.0, 303.0)]
+    text = build_ab.table({**RESULT, "cases": cases})
+    rows = [line for line in text.splitlines() if line.startswith("| bs ")]
+    assert rows == ["| bs 1, 132 splits, ctx < 16k | 2 | 1.075 (1.050–1.100) |",
+                    "| bs 1, 132 splits, ctx >= 16k | 1 | 1.000 (1.000–1.000) |",
+                    "| bs 1, 16 splits, ctx >= 16k | 1 | 0.990 (0.990–0.990) |",
+                    "| bs > 1, ctx >= 16k | 1 | 1.010 (1.010–1.010) |"]
 
 
 def test_the_table_says_when_an_output_was_not_finite():
