@@ -114,8 +114,9 @@ LONG_CONTEXT = 16 * 1024  # positions: where issue #7's targets start
 
 def case_group(record: dict) -> tuple:
     """The group a case's ratios are summarised in, as a sort key: batch size 1, by the
-    shipped build's split count (which sets its grid: one split per SM below 33 rows), or a
-    batch; and context below or from LONG_CONTEXT positions (the mean for mixed lengths)."""
+    shipped build's split count (which sets its grid: one split per SM for a request of one
+    row block, fewer as row blocks are added), or a batch; and context below or from
+    LONG_CONTEXT positions (the mean for mixed lengths)."""
     long = record["ctx"] >= LONG_CONTEXT
     return (0, -record["splits"][SHIPPED], long) if record["bs"] == 1 else (1, 0, long)
 
