@@ -12,6 +12,11 @@ The kernel ships three switches, so what each design choice buys can be re-measu
 * ``KDTREE_MAIN_NO_TRIGGER``: a short request's main kernel no longer lets the combine
   launch before its epilogue (the combine launches at the main kernel's exit).
 
+``--code-warm``: each timed replay follows the flush and one untimed replay of the same
+build on a second set of inputs of the case's shape, so the call's instructions (and the
+workspace) are in L2 and its own inputs are not, as in a serving loop whose layers run the
+same kernels on their own data; without it the flush evicts the instructions too.
+
 ``--against NAME=DEF[+DEF...]`` (repeatable; default the three switches, one build each).
 Writes ``ab.json`` and ``ab.md`` into ``--out``, prints the table (per case, then by group:
 bs 1 by split count, and batches; context below or from 16k); × = the build's time ÷ the
@@ -56,8 +61,14 @@ def loop_case() -> PerfCase:
     return PerfCase(1, 1024, 8, 8, "tree")
 
 
+TIMINGS = {
+    False: ("flushed", "after the read flush"),
+    True: ("code-warm", "after the read flush and one call of the same build on other inputs of the case's shape"),
+}
+
+
 def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 30, loop_layers: int = 61,
-        progress=print) -> dict:
+        progress=print, code_warm: bool = False) -> dict:
     """Times every case with every build (the shipped one first); see the module docstring."""
     import torch
 
@@ -83,7 +94,12 @@ def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 3
         outs = {name: inputs.new_output() for name in builds}
         calls = {name: call(name, inputs, outs[name]) for name in builds}
         graphs = {name: capture(fn) for name, fn in calls.items()}
-        median = time_interleaved(graphs, reps, flush)
+        warm_calls, warm_graphs = {}, {}  # kept alive while their graphs replay (inputs, outputs)
+        if code_warm:  # the same build on other inputs, replayed between the flush and the timed call
+            other = build_perf_inputs(case, "cuda", seed=1)
+            warm_calls = {name: call(name, other, other.new_output()) for name in builds}
+            warm_graphs = {name: capture(fn) for name, fn in warm_calls.items()}
+        median = time_interleaved(graphs, reps, flush, before={name: g.replay for name, g in warm_graphs.items()})
         for fn in calls.values():
             fn()
         torch.cuda.synchronize()
@@ -95,7 +111,7 @@ def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 3
                   "finite": all(bool(torch.isfinite(o.float()).all()) for o in outs.values())}
         records.append(record)
         progress(f"{case.id}: " + ", ".join(f"{n} {t:.1f} us" for n, t in median.items()))
-        del inputs, outs, calls, graphs
+        del inputs, outs, calls, graphs, warm_calls, warm_graphs
         torch.cuda.empty_cache()
     loop = None
     if loop_layers > 0:
@@ -106,6 +122,7 @@ def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 3
         loop = {"id": loop_case().id, "layers": loop_layers, "per_call_us": per_call}
         progress("layer loop: " + ", ".join(f"{n} {t:.2f} us" for n, t in per_call.items()))
     return {"builds": {name: list(d) for name, d in builds.items()}, "kernel_build": build_hash(),
+            "timing": TIMINGS[code_warm][0],
             "environment": environment(), "cases": records, "layer_loop": loop}
 
 
@@ -144,6 +161,15 @@ def group_table(result: dict, others: list[str]) -> list[str]:
     return lines
 
 
+def timing_words(result: dict) -> str:
+    """What preceded each timed replay (TIMINGS; a result without the field was flushed)."""
+    words = {name: text for name, text in TIMINGS.values()}
+    timing = result.get("timing", "flushed")
+    if timing not in words:
+        raise ValueError(f"timing must be one of {sorted(words)}, got {timing!r}")
+    return words[timing]
+
+
 def table(result: dict) -> str:
     """The A/B as Markdown: per case each build's time, its ratio to the shipped build's
     and the largest difference of its output; the ratios' median and range, overall and by
@@ -151,7 +177,7 @@ def table(result: dict) -> str:
     others = [name for name in result["builds"] if name != SHIPPED]
     lines = [f"Shipped build {result['kernel_build']} against: " +
              "; ".join(f"{n} (-D{' -D'.join(result['builds'][n])})" for n in others) +
-             ". × = build's time ÷ shipped build's (replays taking turns, after the read flush).", "",
+             f". × = build's time ÷ shipped build's (replays taking turns, {timing_words(result)}).", "",
              "| case | splits (shipped) | shipped µs | " +
              " | ".join(f"{n} µs | × | max abs Δ" for n in others) + " |",
              "|---|---|---|" + "---|---|---|" * len(others)]
@@ -192,6 +218,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=30, help="timed replays per build and case (median)")
     parser.add_argument("--loop-layers", type=int, default=61, help="calls in the layer loop (0: no loop)")
     parser.add_argument("--out", type=Path, default=Path("reports/ab"), help="output directory")
+    parser.add_argument("--code-warm", action="store_true",
+                        help="before each timed replay, after the flush, replay the same build once on other "
+                             "inputs of the case's shape (instructions warm, the call's inputs cold)")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps must be >= 1, got {args.reps}")
@@ -212,7 +241,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         cases = chosen_cases(args.matrix, args.only)
-        result = run(cases, args.builds, args.reps, args.loop_layers, progress=lambda line: print(line, flush=True))
+        result = run(cases, args.builds, args.reps, args.loop_layers, progress=lambda line: print(line, flush=True),
+                     code_warm=args.code_warm)
     except (ValueError, RuntimeError) as exc:
         print(str(exc), file=sys.stderr)
         return 2

@@ -97,17 +97,25 @@ def time_call(fn: Callable[[], object], reps: int = 30, flush: L2Flush | None = 
 
 
 def time_interleaved(graphs: dict[str, torch.cuda.CUDAGraph], reps: int = 30,
-                     flush: L2Flush | None = None) -> dict[str, float]:
+                     flush: L2Flush | None = None,
+                     before: dict[str, Callable[[], object]] | None = None) -> dict[str, float]:
     """Median µs of one replay of each graph, the graphs' replays taking turns (each
-    preceded by ``flush`` when given), so clock and thermal drift fall on all alike: the
-    way to compare builds of one kernel in one run."""
+    preceded by ``flush`` when given, then by ``before[name]()``, untimed, when given), so
+    clock and thermal drift fall on all alike: the way to compare builds of one kernel in
+    one run."""
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
+    before = before or {}
+    unknown = sorted(set(before) - set(graphs))
+    if unknown:
+        raise ValueError(f"before names no graph: {unknown}")
     times: dict[str, list[float]] = {name: [] for name in graphs}
     for _ in range(reps):
         for name, graph in graphs.items():
             if flush is not None:
                 flush()
+            if name in before:
+                before[name]()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             graph.replay()

@@ -59,6 +59,31 @@ def test_the_table_gives_each_builds_ratio_to_the_shipped_build():
     assert "non-finite" not in text
 
 
+def test_code_warm_is_off_unless_asked_for():
+    assert build_ab.parse_args([]).code_warm is False
+    assert build_ab.parse_args(["--code-warm"]).code_warm is True
+
+
+def test_the_table_says_what_preceded_each_timed_replay():
+    assert "(replays taking turns, after the read flush)." in build_ab.table(RESULT)  # no field: flushed
+    warm = build_ab.table({**RESULT, "timing": "code-warm"})
+    assert ("(replays taking turns, after the read flush and one call of the same build on other inputs "
+            "of the case's shape).") in warm
+
+
+def test_a_result_with_an_unknown_timing_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="timing must be one of"):
+        build_ab.table({**RESULT, "timing": "warm"})
+
+
+def test_a_before_hook_for_no_graph_is_refused_before_anything_runs():
+    pytest.importorskip("torch")
+    from kdgate.gpu_timing import time_interleaved
+
+    with pytest.raises(ValueError, match=r"before names no graph: \['b'\]"):
+        time_interleaved({"a": None}, 1, before={"b": lambda: None})
+
+
 def test_the_table_counts_the_cases_each_way_outside_the_noise():
     cases = [{**RESULT["cases"][0], "us": {"shipped": 20.0, "serial": us}} for us in (19.0, 19.9, 20.2, 21.0)]
     text = build_ab.table({**RESULT, "cases": cases})
