@@ -7,7 +7,7 @@ Slots (clock64 unless named): 0 entry, 1 after the wait, 2 extent, 3 work, 4 pro
 9 end, 12 after the wait; 11 tiles, 13 j_begin, 14 j_end. Draft CTAs: j_end past the prefix."""
 import ctypes, statistics
 import torch
-from kdgate.gpu_timing import L2Flush, capture
+from kdgate.gpu_timing import L2Flush, capture, time_sequence
 from kdgate.perf_inputs import build_perf_inputs
 from kdgate.perf_matrix import PerfCase
 from kdtree import verify_op
@@ -50,14 +50,10 @@ for extra in ((), ("KDTREE_SHORT_ROWS_PADDED",)):
     def call(inputs, out):
         args, kwargs = inputs.call_args(out)
         return lambda: verify_op.launch_build(D, *args, **kwargs)
+    # the layer loop: 61 calls in one graph (the probe's records are the last call's)
     layers = [build_perf_inputs(PerfCase(1, 1024, 8, 8, "tree"), "cuda", seed=k) for k in range(61)]
     fns = [call(x, x.new_output()) for x in layers]
-    g = capture(lambda: [f() for f in fns])
-    for _ in range(10): g.replay()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); [g.replay() for _ in range(20)]; e.record(); torch.cuda.synchronize()
-    print(f"== {name}: layer loop {s.elapsed_time(e) * 1000 / 20 / 61:.2f} us per call")
+    print(f"== {name}: layer loop {time_sequence(fns, reps=20):.2f} us per call")
     splits = verify_op.plan(1, 8, 8, torch.device("cuda"), lib)[0]
     report(lib, "loop, last call", splits, 1024)
     flush = L2Flush("cuda")
