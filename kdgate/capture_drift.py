@@ -8,11 +8,13 @@ what differs:
 
 * ``rounding``: everything discrete is equal (token ids, tree, slots, indices, masks,
   shapes, dtypes, the manifest entry's other fields), each bf16 activation moved by at
-  most one bf16 ULP of its row's largest committed magnitude (the activations are rounded
-  from fp32 sums, some through the MLA rotation, so a flip anywhere in a row is at most
-  that), and the fp64 references, recomputed from those activations, moved by at most
-  2^-8 of the largest value magnitude (output) and 2^-8 of |LSE| (LSE). The capture
-  pipeline reproduced; only this CPU's rounding differs.
+  most one bf16 ULP of its row's largest committed magnitude, and the fp64 references,
+  recomputed from those activations, moved by at most 2^-8 of the largest value magnitude
+  (output) and 2^-8 of |LSE| (LSE). The capture pipeline reproduced; only this CPU's
+  rounding differs. (A rounding flip moves an element by one ULP of itself; the MLA
+  rotation mixes a row's elements in fp32, so a small element can move by more than its
+  own ULP, but by the order of the rounding of the row's large ones. On the first CPU seen
+  to differ, an AMD EPYC with AVX2, the largest move was 0.5 ULP of the row's largest.)
 * ``different``: anything else.
 
 On the CPU that generated the files the sha256 matches; ``make_fixtures --check --exact``
