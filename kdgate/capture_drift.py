@@ -11,10 +11,11 @@ what differs:
   most one bf16 ULP of its row's largest committed magnitude, and the fp64 references,
   recomputed from those activations, moved by at most 2^-8 of the largest value magnitude
   (output) and 2^-8 of |LSE| (LSE). The capture pipeline reproduced; only this CPU's
-  rounding differs. (A rounding flip moves an element by one ULP of itself; the MLA
-  rotation mixes a row's elements in fp32, so a small element can move by more than its
-  own ULP, but by the order of the rounding of the row's large ones. On the first CPU seen
-  to differ, an AMD EPYC with AVX2, the largest move was 0.5 ULP of the row's largest.)
+  rounding differs. (The fp32 values before rounding differ by about 1e-6 of the row's
+  scale, so an element moves by one ULP of itself, plus that, in steps of its own
+  spacing: at most one ULP of the row's largest, reached when an element of the row's
+  top binade flips. On the first CPU seen to differ, an AMD EPYC with AVX2, 5 of the 8
+  committed captures reached exactly that, the other 3 0.5.)
 * ``different``: anything else.
 
 On the CPU that generated the files the sha256 matches; ``make_fixtures --check --exact``
