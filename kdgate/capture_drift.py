@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from kdtree.bf16 import bf16_ulp
+
 ACTIVATIONS = ("q", "k_extend", "v_extend", "kv_rows")  # bf16, rows along the last dim
 REFERENCES = ("reference_out", "reference_lse")         # fp64, computed from the activations
 REFERENCE_BOUND = 2.0 ** -8                              # of the largest value magnitude, or of |LSE|
@@ -33,14 +35,13 @@ VALUE_DIMS = 512
 
 
 def activation_drift(committed: torch.Tensor, regenerated: torch.Tensor) -> float:
-    """Largest |Δ| in bf16 ULPs of the row's largest committed magnitude (rows = last dim;
-    the ULP of x in [2^e, 2^(e+1)) is 2^(e-7)); 0 for an all-zero row that stayed zero,
-    inf for one that did not."""
+    """Largest |Δ| in bf16 ULPs (kdtree.bf16.bf16_ulp) of the row's largest committed
+    magnitude (rows = last dim); 0 for an all-zero row that stayed zero, inf for one that
+    did not."""
     a, b = committed.double(), regenerated.double()
     row = a.abs().amax(dim=-1, keepdim=True)
-    ulp = torch.exp2(torch.floor(torch.log2(row.clamp_min(torch.finfo(torch.float64).tiny))) - 7)
     delta = (a - b).abs()
-    ratio = torch.where(row > 0, delta / ulp, torch.where(delta > 0, torch.inf, 0.0))
+    ratio = torch.where(row > 0, delta / bf16_ulp(row), torch.where(delta > 0, torch.inf, 0.0))
     return float(ratio.max()) if ratio.numel() else 0.0
 
 
