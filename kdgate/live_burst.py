@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kdgate.live_client import Generation, LiveClient
@@ -11,7 +12,19 @@ from kdgate.live_prompts import LivePrompt
 def send_burst(client: LiveClient, prompts: list[LivePrompt], in_flight: int | None = None,
                top_logprobs: int = 5) -> dict[str, Generation]:
     """Greedy completions of ``prompts``, ``in_flight`` at a time (default: all at once),
-    by prompt id. The first failure is raised after every request has finished."""
+    by prompt id. Once every request has finished, the failure that happened first (in
+    time, not in prompt order) is raised: the later ones usually follow from it (a server
+    that drops one request and dies refuses the rest)."""
+    def attempt(prompt: LivePrompt):
+        try:
+            return client.complete(prompt.text, prompt.max_tokens, top_logprobs), None
+        except Exception as exc:  # re-raised below, the earliest first
+            return None, (time.monotonic(), exc)
+
     with ThreadPoolExecutor(max_workers=in_flight or len(prompts)) as pool:
-        futures = {p.id: pool.submit(client.complete, p.text, p.max_tokens, top_logprobs) for p in prompts}
-        return {pid: f.result() for pid, f in futures.items()}
+        outcomes = {p.id: pool.submit(attempt, p) for p in prompts}
+        results = {pid: f.result() for pid, f in outcomes.items()}
+    failures = sorted((failure for _, failure in results.values() if failure is not None), key=lambda f: f[0])
+    if failures:
+        raise failures[0][1]
+    return {pid: generation for pid, (generation, _) in results.items()}
