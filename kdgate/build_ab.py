@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from kdgate.perf_matrix import MATRICES, PerfCase
+from kdgate.timing_methods import result_timing, timing_words
 
 DEFAULT_AGAINST = ("serial-launch=KDTREE_SERIAL_LAUNCH", "no-balance=KDTREE_NO_BALANCE",
                    "no-trigger=KDTREE_MAIN_NO_TRIGGER")
@@ -59,12 +60,6 @@ def parse_build(spec: str) -> tuple[str, tuple[str, ...]]:
 
 def loop_case() -> PerfCase:
     return PerfCase(1, 1024, 8, 8, "tree")
-
-
-TIMINGS = {  # ab.json's "timing": what preceded each timed replay
-    "flushed": "after the read flush",
-    "code-warm": "after the read flush and one call of the same build on other inputs of the case's shape",
-}
 
 
 def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 30, loop_layers: int = 61,
@@ -161,14 +156,6 @@ def group_table(result: dict, others: list[str]) -> list[str]:
     return lines
 
 
-def timing_words(result: dict) -> str:
-    """What preceded each timed replay (TIMINGS; a result without the field was flushed)."""
-    timing = result.get("timing", "flushed")
-    if timing not in TIMINGS:
-        raise ValueError(f"timing must be one of {sorted(TIMINGS)}, got {timing!r}")
-    return TIMINGS[timing]
-
-
 def table(result: dict) -> str:
     """The A/B as Markdown: per case each build's time, its ratio to the shipped build's
     and the largest difference of its output; the ratios' median and range, overall and by
@@ -176,7 +163,7 @@ def table(result: dict) -> str:
     others = [name for name in result["builds"] if name != SHIPPED]
     lines = [f"Shipped build {result['kernel_build']} against: " +
              "; ".join(f"{n} (-D{' -D'.join(result['builds'][n])})" for n in others) +
-             f". × = build's time ÷ shipped build's (replays taking turns, {timing_words(result)}).", "",
+             f". × = build's time ÷ shipped build's (replays taking turns, {timing_words(result_timing(result))}).", "",
              "| case | splits (shipped) | shipped µs | " +
              " | ".join(f"{n} µs | × | max abs Δ" for n in others) + " |",
              "|---|---|---|" + "---|---|---|" * len(others)]

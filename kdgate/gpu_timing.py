@@ -2,10 +2,11 @@
 
 A call is captured once into a CUDA graph (all of its kernels: main and combine), so
 host launch cost never shows; before every timed replay a 512 MiB buffer is read so no
-input is served from the 50 MB L2. A read leaves only clean lines there; a write (the
-flush of the baselines before build c91e610883f8) left up to 50 MB of dirty lines that
-the timed call then wrote back (on the H200: 2.7-7.8 us more on the bs-1 N1 chains of
-16k-128k positions, measured side by side). Also measures the device's two ceilings in
+input is served from the 50 MB L2 (under ``code-warm`` timing, kdgate.timing_methods, an
+untimed call of the same code on other inputs follows it). A read leaves only clean lines
+there; a write (the flush of the baselines before build c91e610883f8) left up to 50 MB
+of dirty lines that the timed call then wrote back (on the H200: 2.7-7.8 us more on the
+bs-1 N1 chains of 16k-128k positions, measured side by side). Also measures the device's two ceilings in
 the same process: device-to-device copy bandwidth and a large bf16 matmul's rate.
 """
 
@@ -18,6 +19,7 @@ from typing import Callable
 import torch
 
 from kdgate.roofline import Ceilings
+from kdgate.timing_methods import check_timing
 
 FLUSH_BYTES = 512 << 20
 
@@ -65,10 +67,21 @@ def capture(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAGraph:
     return graph
 
 
+def replayable(fn: Callable[[], object]) -> Callable[[], object]:
+    """A CUDA graph replay of ``fn`` (its host launch cost off the device's timeline), or
+    ``fn`` itself when it cannot be captured."""
+    try:
+        return capture(fn).replay
+    except Exception:  # a baseline that cannot be captured runs eagerly
+        torch.cuda.synchronize()
+        return fn
+
+
 def time_call(fn: Callable[[], object], reps: int = 30, flush: L2Flush | None = None,
-              use_graph: bool = True) -> Timing:
+              use_graph: bool = True, before: Callable[[], object] | None = None) -> Timing:
     """Median time of one call of ``fn`` (replayed from a CUDA graph unless capture fails
-    or ``use_graph`` is False), each replay preceded by ``flush`` when given."""
+    or ``use_graph`` is False), each replay preceded by ``flush`` when given, then by
+    ``before()``, untimed, when given (code-warm timing: ``fn``'s code on other inputs)."""
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
     graph = None
@@ -85,6 +98,8 @@ def time_call(fn: Callable[[], object], reps: int = 30, flush: L2Flush | None = 
     for _ in range(reps):
         if flush is not None:
             flush()
+        if before is not None:
+            before()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         run()
@@ -152,13 +167,19 @@ def measure_ceilings(device="cuda") -> Ceilings:
     return Ceilings(copy_gbps=copy_gbps, matmul_tflops=tflops)
 
 
-def launch_floor(flush: L2Flush, reps: int = 30, device="cuda") -> dict:
+def launch_floor(flush: L2Flush, reps: int = 30, device="cuda", timing: str = "flushed") -> dict:
     """What this timing charges a call that does no work: medians (µs) of a call of one and
-    of two one-element kernels, timed like a call (graph replay after ``flush``), and the
-    per-call time of a 61-call loop of two such kernels (timed like the layer loop). Part of
-    every measured call time; no kernel design removes it."""
+    of two one-element kernels, timed like a call (graph replay after ``flush``; under
+    ``code-warm`` timing, then the same kernels on another element), and the per-call time
+    of a 61-call loop of two such kernels (timed like the layer loop). Part of every
+    measured call time; no kernel design removes it."""
+    check_timing(timing)
     x = torch.zeros(1, device=device)
-    one = time_call(lambda: x.add_(1), reps=reps, flush=flush).median_us
-    two = time_call(lambda: (x.add_(1), x.add_(1)), reps=reps, flush=flush).median_us
+    y = torch.zeros(1, device=device)
+    warm = timing == "code-warm"
+    one = time_call(lambda: x.add_(1), reps=reps, flush=flush,
+                    before=replayable(lambda: y.add_(1)) if warm else None).median_us
+    two = time_call(lambda: (x.add_(1), x.add_(1)), reps=reps, flush=flush,
+                    before=replayable(lambda: (y.add_(1), y.add_(1))) if warm else None).median_us
     loop = time_sequence([lambda: (x.add_(1), x.add_(1))] * 61, reps=reps)
     return {"one_kernel_us": one, "two_kernels_us": two, "loop_two_kernels_us": loop}

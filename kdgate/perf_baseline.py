@@ -4,7 +4,8 @@ A baseline is a benchmark result (``kdgate.perf_bench`` JSON) saved on purpose. 
 *drops* when its fraction of roofline in this run is below the baseline's by more than
 ``tolerance`` (relative): fractions are ratios measured within each run (kernel time vs
 that run's copy and matmul ceilings), so a slower or faster clock on the same GPU model
-moves both sides alike. Runs on a different GPU model are not comparable and are refused.
+moves both sides alike. Runs on a different GPU model, or timed by another method (kdgate.timing_methods), are
+not comparable and are refused.
 Baselines are never overwritten by this module.
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kdgate.timing_methods import result_timing
 
 
 @dataclass
@@ -77,6 +80,9 @@ def compare(run: dict, baseline: dict, tolerance: float = 0.10) -> PerfVerdict:
     ok, names = same_gpu(run, baseline)
     if not ok:
         raise ValueError(f"perf baseline is for another GPU model ({names}): not comparable")
+    if result_timing(run) != result_timing(baseline):
+        raise ValueError(f"perf baseline was timed {result_timing(baseline)}, this run {result_timing(run)}: "
+                         "not comparable (time this run with the baseline's --timing)")
     base = {c["id"]: c for c in baseline["cases"]}
     verdict = PerfVerdict(tolerance)
     seen = set()

@@ -11,12 +11,17 @@ benchmark of a wrong kernel is worthless). Writes ``bench.json`` (schema below),
 path (``KDTREE_KERNEL_PATH``) on the same inputs in the same run and checks its output
 against the default path's. ``--baseline FILE`` compares each case's fraction of roofline
 with a committed baseline (exit 1 on a drop > tolerance, 2 when it cannot be compared:
-another GPU model, or not a benchmark result).
+another GPU model or timing method, or not a benchmark result).
 
-``bench.json``: {"schema": 1, "matrix", "environment", "ceilings": {copy_gbps,
+``--timing`` (kdgate.timing_methods) says what precedes each timed replay: the read
+flush alone (``flushed``, the default), or the flush then one call of the same code on a
+second input set (``code-warm``: instructions warm, the call's inputs cold).
+
+``bench.json``: {"schema": 1, "timing", "matrix", "environment", "ceilings": {copy_gbps,
 matmul_tflops} (the best of "ceiling_samples": [{after_cases, copy_gbps, matmul_tflops}],
 ``--ceiling-samples`` of them spread over the run), "cases": [{id, case fields,
-lengths_sum, lengths_min, lengths_max, splits, kernel {median_us, ...}, main_us,
+lengths_sum, lengths_min, lengths_max, splits, kernel {median_us, ...}, kernel_flushed
+{median_us, ...} (code-warm runs only: the same call timed flushed), main_us,
 combine_us, combine_share, combine_in_call_share, figures {gbps, tflops,
 roofline_fraction, ...}, extend_us, verify_shared_us, speedup_extend,
 speedup_verify_shared, max_abs_diff, path, rel_l2_vs_triton, paths: {NAME: {median_us,
@@ -36,6 +41,7 @@ import time
 from pathlib import Path
 
 from kdgate.perf_matrix import MATRICES, PerfCase, matrix
+from kdgate.timing_methods import DEFAULT_TIMING, TIMINGS, check_timing, result_timing, timing_words
 
 SCHEMA = 1
 MIN_BASELINE_REPS, MAX_BASELINE_REPS = 3, 20
@@ -81,13 +87,12 @@ def kernel_path(name: str):
             os.environ["KDTREE_KERNEL_PATH"] = before
 
 
-def bench_paths(paths, args, kwargs, out, kernel_out, main_us, flush, reps) -> dict:
-    """Each named kernel path timed on the case's inputs, its output compared with the
-    default path's (``kernel_out``); a path this device cannot run gets {"error": ...}.
-    Fractions of roofline are added by ``figure_case``."""
+def bench_paths(paths, args, kwargs, out, kernel_out, main_us, timed) -> dict:
+    """Each named kernel path timed on the case's inputs (``timed``: bench_case's timer),
+    its output compared with the default path's (``kernel_out``); a path this device
+    cannot run gets {"error": ...}. Fractions of roofline are added by ``figure_case``."""
     import torch
 
-    from kdgate.gpu_timing import time_call
     from kdtree.verify_op import launch_part, tree_verify_fwd
 
     found = {}
@@ -98,7 +103,7 @@ def bench_paths(paths, args, kwargs, out, kernel_out, main_us, flush, reps) -> d
             except RuntimeError as exc:
                 found[name] = {"error": str(exc)}
                 continue
-            t = time_call(lambda: tree_verify_fwd(*args, **kwargs), reps=reps, flush=flush)
+            t = timed(lambda a, k: lambda: tree_verify_fwd(*a, **k))
             out.fill_(float("nan"))
             tree_verify_fwd(*args, **kwargs)
             torch.cuda.synchronize()
@@ -122,36 +127,56 @@ def figure_case(record: dict, lengths: list[int], ceilings) -> None:
 
 
 def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_s: float = 1.0,
-               baselines: bool = True, paths: tuple[str, ...] = ()) -> tuple[dict, list[int]]:
-    """Times one case; returns its record (see the module docstring for the fields; figures
-    against ``ceilings``) and the request lengths it ran."""
+               baselines: bool = True, paths: tuple[str, ...] = (),
+               timing: str = DEFAULT_TIMING) -> tuple[dict, list[int]]:
+    """Times one case under ``timing`` (kdgate.timing_methods); returns its record (see the
+    module docstring for the fields; figures against ``ceilings``) and the request lengths
+    it ran. Under ``code-warm`` every timed replay (the kernel's call, main and combine
+    alone, each path, each SGLang baseline) follows the same launch on a second input set
+    of the case's shape (seed 1), and the whole call is also timed flushed
+    (``kernel_flushed``)."""
     import torch
 
     from kdgate import baselines as sglang_kernels
-    from kdgate.gpu_timing import time_call
+    from kdgate.gpu_timing import replayable, time_call
     from kdgate.perf_inputs import build_perf_inputs
     from kdtree.verify_op import launch_part, tree_verify_fwd
 
+    check_timing(timing)
     inputs = build_perf_inputs(case, "cuda")
     lengths = list(inputs.case.ctx)
     out = inputs.new_output()
     args, kwargs = inputs.call_args(out)
+    other = build_perf_inputs(case, "cuda", seed=1) if timing == "code-warm" else None
+    other_call = other.call_args(other.new_output()) if other is not None else None
+
+    def timed(make, own=(args, kwargs), n=reps):
+        """``make(args, kwargs)`` -> a call; times it on ``own`` (default: the case's inputs
+        and output) under this run's method."""
+        before = replayable(make(*other_call)) if other_call is not None else None
+        return time_call(make(*own), reps=n, flush=flush, before=before)
+
     record = {"id": case.id, **case.as_dict(), "lengths_sum": sum(lengths),
               "lengths_min": min(lengths), "lengths_max": max(lengths)}
 
-    kernel = time_call(lambda: tree_verify_fwd(*args, **kwargs), reps=reps, flush=flush)
+    whole = lambda a, k: lambda: tree_verify_fwd(*a, **k)  # noqa: E731
+    kernel = timed(whole)
+    if other is not None:
+        record["kernel_flushed"] = time_call(whole(args, kwargs), reps=reps, flush=flush).as_dict()
     splits, path = launch_part("main", *args, **kwargs)
     record["splits"] = splits
     record["path"] = path
     record["kernel"] = kernel.as_dict()
     if splits > 1:
-        main_only = time_call(lambda: launch_part("main", *args, **kwargs), reps=reps, flush=flush)
-        combine = time_call(lambda: launch_part("combine", *args, **kwargs), reps=reps, flush=flush)
+        main_only = timed(lambda a, k: lambda: launch_part("main", *a, **k))
+        combine = timed(lambda a, k: lambda: launch_part("combine", *a, **k))
         record["main_us"], record["combine_us"] = main_only.median_us, combine.median_us
     else:
         record["main_us"], record["combine_us"] = kernel.median_us, 0.0
-    # the combine replayed alone (its own launch, partials read after the flush) and what it
-    # adds inside a call (whole call - main alone; partials still in L2): each / whole call
+    # the combine replayed alone (its own launch: flushed, its partials read from DRAM;
+    # code-warm, after the combine of the other inputs, whose partials share the workspace)
+    # and what it adds inside a call (whole call - main alone; partials still in L2): each
+    # / whole call
     record["combine_share"] = min(record["combine_us"] / kernel.median_us, 1.0)
     record["combine_in_call_share"] = min(max(kernel.median_us - record["main_us"], 0.0) / kernel.median_us, 1.0)
     tree_verify_fwd(*args, **kwargs)
@@ -159,32 +184,33 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
     kernel_out = out.float()
     record["kernel_output_finite"] = bool(torch.isfinite(kernel_out).all())
     if paths:
-        record["paths"] = bench_paths(paths, args, kwargs, out, kernel_out, kernel.median_us, flush, reps)
+        record["paths"] = bench_paths(paths, args, kwargs, out, kernel_out, kernel.median_us, timed)
     figure_case(record, lengths, ceilings)
 
     record.update(extend_us=None, verify_shared_us=None, speedup_extend=None,
                   speedup_verify_shared=None, max_abs_diff=None, rel_l2_vs_triton=None)
     if baselines:
         ref_out = inputs.new_output()
-        ref_args, ref_kwargs = inputs.call_args(ref_out)
-        extend = lambda: sglang_kernels.triton_extend_attention(*ref_args, **ref_kwargs)  # noqa: E731
-        n = _baseline_reps(extend, baseline_budget_s)
-        t = time_call(extend, reps=n, flush=flush)
+        ref_call = inputs.call_args(ref_out)
+        extend = lambda a, k: lambda: sglang_kernels.triton_extend_attention(*a, **k)  # noqa: E731
+        n = _baseline_reps(extend(*ref_call), baseline_budget_s)
+        t = timed(extend, ref_call, n)
         record["extend_us"] = t.median_us
         record["speedup_extend"] = t.median_us / kernel.median_us
-        extend()
+        extend(*ref_call)()
         torch.cuda.synchronize()
         diff = (kernel_out - ref_out.float())
         record["max_abs_diff"] = float(diff.abs().max())
         record["rel_l2_vs_triton"] = float(diff.norm() / ref_out.float().norm().clamp_min(1e-30))
         if case.shape == "chain":
-            shared = lambda: sglang_kernels.triton_verify_shared_kv(*ref_args, **ref_kwargs)  # noqa: E731
-            if shared():
-                n = _baseline_reps(shared, baseline_budget_s)
-                t = time_call(shared, reps=n, flush=flush)
+            shared = lambda a, k: lambda: sglang_kernels.triton_verify_shared_kv(*a, **k)  # noqa: E731
+            if shared(*ref_call)():
+                n = _baseline_reps(shared(*ref_call), baseline_budget_s)
+                t = timed(shared, ref_call, n)
                 record["verify_shared_us"] = t.median_us
                 record["speedup_verify_shared"] = t.median_us / kernel.median_us
     del inputs, out, args, kwargs
+    other = other_call = None  # noqa: F841 (frees the second input set before the next case)
     torch.cuda.empty_cache()
     return record, lengths
 
@@ -221,14 +247,17 @@ def ceiling_sample_points(n_cases: int, samples: int = CEILING_SAMPLES) -> list[
 
 def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
         baselines: bool = True, progress=print, with_layer_loop: bool = True,
-        paths: tuple[str, ...] = (), ceiling_samples: int = CEILING_SAMPLES) -> dict:
-    """Benchmarks ``cases``; the ceilings are measured ``ceiling_samples`` times spread over
-    the run (ceiling_sample_points) and every case's figures use the best of them."""
+        paths: tuple[str, ...] = (), ceiling_samples: int = CEILING_SAMPLES,
+        timing: str = DEFAULT_TIMING) -> dict:
+    """Benchmarks ``cases``, each call timed by method ``timing`` (kdgate.timing_methods);
+    the ceilings are measured ``ceiling_samples`` times spread over the run
+    (ceiling_sample_points) and every case's figures use the best of them."""
     import torch
 
     from kdgate.gpu_timing import L2Flush, launch_floor, measure_ceilings
     from kdgate.roofline import Ceilings, best_of
 
+    check_timing(timing)
     if not torch.cuda.is_available():
         raise RuntimeError("not run: no CUDA GPU on this host (torch.cuda.is_available() is False)")
     env = environment()
@@ -246,14 +275,14 @@ def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
 
     sample_ceilings(0)
     flush = L2Flush("cuda")
-    floor = launch_floor(flush)
+    floor = launch_floor(flush, timing=timing)
     progress(f"launch floor: one 1-element kernel {floor['one_kernel_us']:.1f} us, two "
              f"{floor['two_kernels_us']:.1f} us per call; "
              f"{floor['loop_two_kernels_us']:.2f} us per call in a 61-call loop")
     records = []
     for i, case in enumerate(cases, 1):
         started = time.perf_counter()
-        rec, lengths = bench_case(case, best(), flush, reps, baseline_budget_s, baselines, paths)
+        rec, lengths = bench_case(case, best(), flush, reps, baseline_budget_s, baselines, paths, timing)
         records.append((rec, lengths))
         progress(f"[{i}/{len(cases)}] {case.id}: {rec['kernel']['median_us']:.1f} us, "
                  f"{rec['figures']['roofline_fraction']:.2f} of roofline (ceilings so far)"
@@ -270,7 +299,7 @@ def run(cases: list[PerfCase], reps: int = 30, baseline_budget_s: float = 1.0,
     if with_layer_loop:
         loop = layer_loop(PerfCase(1, 1024, 8, 8, "tree"))
         progress(f"layer loop {loop['id']}: {loop['per_call_us']:.2f} us per call in a CUDA graph")
-    return {"schema": SCHEMA, "environment": env, "ceilings": ceilings.as_dict(),
+    return {"schema": SCHEMA, "timing": timing, "environment": env, "ceilings": ceilings.as_dict(),
             "ceiling_samples": [{"after_cases": done, **got.as_dict()} for done, got in samples],
             "cases": [rec for rec, _ in records], "launch_floor": floor, "layer_loop": loop}
 
@@ -281,16 +310,20 @@ def _fmt(value, spec):
 
 def table(result: dict) -> str:
     """The summary as a Markdown table (one row per case)."""
-    lines = [f"{ceiling_line(result)} Kernel build {result['environment'].get('kernel_build')}.",
+    flushed_too = any("kernel_flushed" in r for r in result["cases"])
+    lines = [f"{ceiling_line(result)} Kernel build {result['environment'].get('kernel_build')}. "
+             f"{timing_line(result)}",
              "",
-             "| case | bound | kernel µs | floor µs | roofline | GB/s (of copy) | TFLOP/s (of mm) "
+             "| case | bound | kernel µs | " + ("flushed µs | " if flushed_too else "") +
+             "floor µs | roofline | GB/s (of copy) | TFLOP/s (of mm) "
              "| combine alone (in call) | splits | extend µs | × extend | verify_shared µs | × shared "
              "| rel L2 vs Triton | path |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|" + ("---|" if flushed_too else "") + "---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["cases"]:
         f = r["figures"]
+        flushed = (f"{_fmt((r.get('kernel_flushed') or {}).get('median_us'), '.1f')} | " if flushed_too else "")
         lines.append(
-            f"| {r['id']} | {f['bound']} | {r['kernel']['median_us']:.1f} | {f['floor_us']:.1f} | "
+            f"| {r['id']} | {f['bound']} | {r['kernel']['median_us']:.1f} | {flushed}{f['floor_us']:.1f} | "
             f"{f['roofline_fraction']:.2f} | {f['gbps']:.0f} ({f['bandwidth_fraction']:.2f}) | "
             f"{f['tflops']:.0f} ({f['matmul_fraction']:.2f}) | "
             f"{r['combine_share']:.2f} ({_fmt(r.get('combine_in_call_share'), '.2f')}) | {r['splits']} | "
@@ -325,6 +358,16 @@ def table(result: dict) -> str:
     if (result.get("environment") or {}).get("sms"):  # runs from before the SM count was recorded lack it
         lines += ["", limits_table(result)]
     return "\n".join(lines)
+
+
+def timing_line(result: dict) -> str:
+    """One sentence: how each call was timed (kdgate.timing_methods), and what the
+    flushed column is when the run has one."""
+    timing = result_timing(result)
+    line = f"Each call timed as one CUDA graph replay {timing_words(timing)} (timing {timing})"
+    if any("kernel_flushed" in r for r in result.get("cases", [])):
+        line += "; flushed µs: the same call timed after the read flush alone, its instructions read from DRAM"
+    return line + "."
 
 
 def ceiling_line(result: dict) -> str:
@@ -373,6 +416,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-baselines", action="store_true", help="time the kdtree kernel only")
     parser.add_argument("--paths", default="",
                         help="comma-separated kernel paths (KDTREE_KERNEL_PATH values) also timed per case")
+    parser.add_argument("--timing", default=DEFAULT_TIMING, choices=sorted(TIMINGS),
+                        help="what precedes each timed replay: " +
+                             "; ".join(f"{k}: {v}" for k, v in TIMINGS.items()) +
+                             f" (default {DEFAULT_TIMING}; code-warm also times each whole call flushed)")
     parser.add_argument("--baseline", type=Path, help="compare with this committed perf baseline JSON")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="allowed relative drop of a case's fraction of roofline (default 0.10)")
@@ -424,7 +471,7 @@ def main(argv=None) -> int:
     try:
         result = run(cases, args.reps, args.baseline_budget_s, not args.no_baselines,
                      progress=lambda line: print(line, flush=True), paths=args.paths,
-                     ceiling_samples=args.ceiling_samples)
+                     ceiling_samples=args.ceiling_samples, timing=args.timing)
     except RuntimeError as exc:
         print(str(exc), file=sys.stderr)
         return 2

@@ -67,7 +67,7 @@ def test_code_warm_is_off_unless_asked_for():
 def test_the_table_says_what_preceded_each_timed_replay():
     assert "(replays taking turns, after the read flush)." in build_ab.table(RESULT)  # no field: flushed
     warm = build_ab.table({**RESULT, "timing": "code-warm"})
-    assert ("(replays taking turns, after the read flush and one call of the same build on other inputs "
+    assert ("(replays taking turns, after the read flush and one call of the same code on other inputs "
             "of the case's shape).") in warm
 
 

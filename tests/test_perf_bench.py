@@ -157,6 +157,41 @@ def test_a_drop_beyond_tolerance_fails_and_one_within_passes():
         compare(_result({"a": 0.5}, gpu="NVIDIA H100"), base)
 
 
+def test_runs_timed_by_another_method_are_not_compared():
+    base = _result({"a": 0.50})  # no "timing" field: a baseline from before it, flushed
+    assert compare({**_result({"a": 0.50}), "timing": "flushed"}, base).ok
+    with pytest.raises(ValueError, match="timed flushed, this run code-warm: not comparable"):
+        compare({**_result({"a": 0.50}), "timing": "code-warm"}, base)
+    warm = {**base, "timing": "code-warm"}
+    assert compare({**_result({"a": 0.50}), "timing": "code-warm"}, warm).ok
+    with pytest.raises(ValueError, match="timing must be one of"):
+        compare({**_result({"a": 0.50}), "timing": "warmish"}, warm)
+
+
+def test_the_timing_methods_name_what_precedes_a_replay():
+    from kdgate.timing_methods import TIMINGS, result_timing, timing_words
+
+    assert set(TIMINGS) == {"flushed", "code-warm"}
+    assert result_timing({}) == "flushed"
+    assert "other inputs" in timing_words("code-warm") and timing_words("flushed") == "after the read flush"
+    with pytest.raises(ValueError, match="timing must be one of"):
+        timing_words("cold")
+    assert parse_args([]).timing == "flushed" and parse_args(["--timing", "code-warm"]).timing == "code-warm"
+
+
+def test_a_code_warm_table_says_so_and_shows_each_calls_flushed_time():
+    result = _result({"bs1-ctx4k-n8-h8-tree-p64": 0.4})
+    text = table(result)
+    assert "Each call timed as one CUDA graph replay after the read flush (timing flushed)." in text
+    assert "flushed µs" not in text
+    result["timing"] = "code-warm"
+    result["cases"][0]["kernel_flushed"] = {"median_us": 12.5}
+    text = table(result)
+    assert "on other inputs of the case's shape (timing code-warm); flushed µs:" in text
+    assert "| case | bound | kernel µs | flushed µs | floor µs |" in text
+    assert "| bs1-ctx4k-n8-h8-tree-p64 | memory | 10.0 | 12.5 |" in text
+
+
 def test_baselines_are_never_replaced(tmp_path):
     path = tmp_path / "perf.json"
     write_baseline(path, _result({"a": 0.5}))
@@ -174,7 +209,8 @@ def test_baselines_are_never_replaced(tmp_path):
 
 @pytest.mark.parametrize("argv", [["--reps", "0"], ["--tolerance", "1.5"], ["--matrix", "huge"],
                                   ["--baseline", "/nonexistent.json"], ["--baseline-budget-s", "0"],
-                                  ["--paths", "tiled,fastest"], ["--ceiling-samples", "1"]])
+                                  ["--paths", "tiled,fastest"], ["--ceiling-samples", "1"],
+                                  ["--timing", "warm"]])
 def test_bad_cli_arguments_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_args(argv)

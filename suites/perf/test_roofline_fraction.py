@@ -1,6 +1,6 @@
 """Perf layer: the kernel's fraction of the roofline per case, against the committed
-baseline (``--perf-baseline``), measured by the benchmark in this process; a slowed
-kernel (no KV split) must be flagged."""
+baseline (``--perf-baseline``), measured by the benchmark in this process with the baseline's
+timing method; a slowed kernel (no KV split) must be flagged."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from kdgate.perf_baseline import compare, load_baseline, same_gpu
 from kdgate.perf_bench import context_lines
 from kdgate.perf_targets import describe
 from kdgate.perf_matrix import PerfCase, matrix
+from kdgate.timing_methods import result_timing
 
 pytestmark = pytest.mark.perf
 
@@ -40,7 +41,7 @@ def perf_run(pytestconfig, cuda_device, baseline) -> dict:
     if not ok:
         pytest.skip(f"not run: the perf baseline is for another GPU model ({names})")
     return run(matrix(pytestconfig.getoption("--perf-matrix")), reps=20, baseline_budget_s=0.5,
-               progress=lambda line: print(line, flush=True))
+               progress=lambda line: print(line, flush=True), timing=result_timing(baseline))
 
 
 def test_fraction_of_roofline_holds_against_baseline(perf_run, baseline, pytestconfig, gate_notes, gate_data):
@@ -78,6 +79,7 @@ def test_a_slowed_kernel_is_flagged(perf_run, baseline, monkeypatch, pytestconfi
     cases = [c for c in SLOWED_CASES if c.id in ids]
     assert cases, f"the baseline holds none of the control's cases {[c.id for c in SLOWED_CASES]}"
     monkeypatch.setenv("KDTREE_WORKSPACE_MB", "0")
-    slowed = run(cases, reps=5, baselines=False, progress=lambda line: None, with_layer_loop=False)
+    slowed = run(cases, reps=5, baselines=False, progress=lambda line: None, with_layer_loop=False,
+                 timing=result_timing(baseline))
     verdict = compare(slowed, baseline, pytestconfig.getoption("--perf-tolerance"))
     assert {d["id"] for d in verdict.drops} == {c.id for c in cases}, verdict.describe()

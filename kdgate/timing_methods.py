@@ -1,0 +1,37 @@
+"""The timing methods a benchmark or A/B result names in its ``timing`` field.
+
+Both replay one call from a CUDA graph after a 512 MiB read flush (kdgate.gpu_timing);
+they differ in what runs between that flush and the timed replay:
+
+* ``flushed``: nothing, so the call's instructions come from DRAM along with its data;
+* ``code-warm``: one untimed call of the same code on other inputs of the case's shape, so
+  the call's instructions and workspace are in L2 and its own inputs are not (inputs
+  rotated: a serving loop whose layers run the same kernels, each on its own data).
+
+A result without the field was flushed (every result before the field existed).
+"""
+
+from __future__ import annotations
+
+TIMINGS = {
+    "flushed": "after the read flush",
+    "code-warm": "after the read flush and one call of the same code on other inputs of the case's shape",
+}
+DEFAULT_TIMING = "flushed"
+
+
+def check_timing(timing: str) -> str:
+    """``timing`` itself when it names a method; ValueError naming the field otherwise."""
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {sorted(TIMINGS)}, got {timing!r}")
+    return timing
+
+
+def result_timing(result: dict) -> str:
+    """The method a saved result was timed with (``flushed`` when it names none)."""
+    return check_timing(result.get("timing", DEFAULT_TIMING))
+
+
+def timing_words(timing: str) -> str:
+    """What preceded each timed replay under ``timing``."""
+    return TIMINGS[check_timing(timing)]
