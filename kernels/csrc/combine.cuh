@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "common/grid_dependency.cuh"
+#include "common/request_extent.cuh"
 #include "common/row_result.cuh"
 #include "split_plan.h"
 #include "verify_params.h"
@@ -66,10 +67,27 @@ __host__ __device__ inline int64_t combine_ctas(int64_t rows, int64_t num_splits
   return by_rows ? ceil_div(rows, kCombineWarps) : combine_chunk_ctas(rows, num_splits);
 }
 
+// How the combine of `rows` query rows (T x H) and `num_splits` splits launches on `num_sms`
+// SMs: which kernel (the row kernel, or the chunk kernel's build for `ctas_per_sm`), its
+// CTAs, and the warps that merge one query row (1 in the row kernel).
+struct CombineLaunch {
+  bool by_rows;
+  int64_t ctas;
+  int ctas_per_sm;
+  int warps_per_row;
+};
+inline CombineLaunch combine_launch(int64_t rows, int64_t num_splits, int64_t num_sms) {
+  CombineLaunch c;
+  c.by_rows = combine_by_rows(rows, num_splits, num_sms);
+  c.ctas = combine_ctas(rows, num_splits, c.by_rows);
+  c.ctas_per_sm = c.by_rows ? 4 : combine_ctas_per_sm(c.ctas, num_sms);
+  c.warps_per_row = c.by_rows ? 1 : kCombineChunks * combine_group_warps(num_splits);
+  return c;
+}
+
 // Entry i of qo_indptr (int32 or int64).
 __device__ __forceinline__ int64_t qo_entry(const VerifyParams& p, int64_t i) {
-  return p.qo_is_64 ? static_cast<const int64_t*>(p.qo_indptr)[i]
-                    : static_cast<int64_t>(static_cast<const int32_t*>(p.qo_indptr)[i]);
+  return load_index(p.qo_indptr, p.qo_is_64, i);
 }
 
 // Whether token t is one of the computed rows of the request whose tokens are [start, end):
@@ -106,7 +124,7 @@ struct TokenOwner {
     owned = false;
 #if defined(KDTREE_COMBINE_LOOKUP_AFTER_WAIT)
     wait_for_prior_grids();  // computed() looks the owner up
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#else  // every build is sm_90a or sm_120a (build.py): griddepcontrol exists
     if (p.bs == 1) {
       const char* entry0 = static_cast<const char*>(p.qo_indptr);
       const char* entry1 = entry0 + (p.qo_is_64 ? 8 : 4);
@@ -124,18 +142,6 @@ struct TokenOwner {
     } else {
       owned = row && owning_request(p, t) >= 0;
       wait_for_prior_grids();
-    }
-#else  // no grid dependency before sm_90 (never built: the kernels need sm_90a or sm_120a)
-    if (p.bs == 1) {
-      const uint32_t* words = static_cast<const uint32_t*>(p.qo_indptr);
-      start_lo = words[0];
-      end_lo = words[p.qo_is_64 ? 2 : 1];
-      if (p.qo_is_64) {
-        start_hi = words[1];
-        end_hi = words[3];
-      }
-    } else {
-      owned = row && owning_request(p, t) >= 0;
     }
 #endif
   }

@@ -140,11 +140,10 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
 // `out`; returns 0, or 2 on a bad argument.
 int kdtree_combine_shape(int64_t rows, int64_t num_splits, int64_t num_sms, int64_t* out) {
   if (rows < 1 || num_splits < 2 || num_splits > kdtree::kMaxSplitsTiled || num_sms < 1) return 2;
-  const bool by_rows = kdtree::combine_by_rows(rows, num_splits, num_sms);
-  const int64_t ctas = kdtree::combine_ctas(rows, num_splits, by_rows);
-  out[0] = by_rows ? 1 : kdtree::kCombineChunks * kdtree::combine_group_warps(num_splits);
-  out[1] = ctas;
-  out[2] = by_rows ? 4 : kdtree::combine_ctas_per_sm(ctas, num_sms);
+  const kdtree::CombineLaunch c = kdtree::combine_launch(rows, num_splits, num_sms);
+  out[0] = c.warps_per_row;
+  out[1] = c.ctas;
+  out[2] = c.ctas_per_sm;
   return 0;
 }
 
@@ -197,11 +196,10 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
     if ((e = cudaGetDevice(&device)) != cudaSuccess ||
         (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
       return static_cast<int>(e);
-    const bool by_rows = kdtree::combine_by_rows(rows, p.num_splits, sms);
-    const int64_t ctas = kdtree::combine_ctas(rows, p.num_splits, by_rows);
-    const dim3 grid(static_cast<unsigned>(ctas)), block(kdtree::kCombineWarps * 32);
-    e = by_rows ? launch_dependent(kdtree::verify_combine_rows_kernel, grid, block, 0, stream, p)
-        : kdtree::combine_ctas_per_sm(ctas, sms) == 4
+    const kdtree::CombineLaunch c = kdtree::combine_launch(rows, p.num_splits, sms);
+    const dim3 grid(static_cast<unsigned>(c.ctas)), block(kdtree::kCombineWarps * 32);
+    e = c.by_rows ? launch_dependent(kdtree::verify_combine_rows_kernel, grid, block, 0, stream, p)
+        : c.ctas_per_sm == 4
         ? launch_dependent(kdtree::verify_combine_kernel<4>, grid, block, 0, stream, p)
         : launch_dependent(kdtree::verify_combine_kernel<8>, grid, block, 0, stream, p);
   }

@@ -37,24 +37,32 @@ __device__ __forceinline__ void cp_async_16_to(uint32_t smem_dst, const void* sr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_dst), "l"(src), "r"(bytes));
 }
 
+// Row r of a swizzled block layout at shared address `base` (column blocks kBlockStride
+// bytes apart) from the 576 bf16 at `src`: this thread copies the 16-byte chunks c0, c0 + TPR,
+// ... of every column block (`bytes` 0: zeros, nothing read). Block offsets are immediates
+// on both sides; only the 8 / TPR swizzled chunk offsets of the row and its chunk addresses
+// live in registers.
+template <int TPR, int kBlockStride>
+__device__ __forceinline__ void copy_row_chunks(uint32_t base, int r, int c0, const bf16* src, int bytes) {
+#pragma unroll
+  for (int q = 0; q < 8 / TPR; ++q) {
+    const int cc = c0 + q * TPR;
+    const uint32_t dst = base + wgmma::swizzled(r, cc);
+    const bf16* chunk = src + cc * 8;
+#pragma unroll
+    for (int blk = 0; blk < kColBlocks; ++blk) cp_async_16_to(dst + blk * kBlockStride, chunk + blk * 64, bytes);
+  }
+}
+
 // Stage KV positions [j0, j0 + 64) into the swizzled tile at shared address `stage`; this
-// thread copies the 16-byte chunks c0, c0 + TPR, ... of row r of every column block
-// (`source` = kv_source() of that row). Block offsets are immediates on both sides; only the
-// 8 / TPR swizzled chunk offsets of the row and its chunk addresses live in registers. A row
-// past the range (no bytes) points at the buffer's base, and its copies read nothing.
+// thread copies its chunks (copy_row_chunks) of row r (`source` = kv_source() of that row).
+// A row past the range (no bytes) points at the buffer's base, and its copies read nothing.
 template <int TPR>
 __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, const RequestExtent& ext,
                                              uint32_t stage, int64_t j0, int64_t source, int r, int c0) {
   int bytes;
   const bf16* src = static_cast<const bf16*>(kv_row(p, ext, j0 + r, source, &bytes));
-#pragma unroll
-  for (int q = 0; q < 8 / TPR; ++q) {
-    const int cc = c0 + q * TPR;
-    const uint32_t dst = stage + wgmma::swizzled(r, cc);
-    const bf16* chunk = src + cc * 8;
-#pragma unroll
-    for (int blk = 0; blk < kColBlocks; ++blk) cp_async_16_to(dst + blk * kBlockBytes, chunk + blk * 64, bytes);
-  }
+  copy_row_chunks<TPR, kBlockBytes>(stage, r, c0, src, bytes);
 }
 
 // Stage query rows [row0, row0 + ROWS) of the request (zeros past `rows`) as column blocks
@@ -79,14 +87,7 @@ __device__ __forceinline__ void load_q_rows(const VerifyParams& p, uint32_t q_ad
     bytes = 16;
   }
   if constexpr (kThreadsPerRow <= 8) {  // chunks c0, c0 + kThreadsPerRow, ... of every block
-#pragma unroll
-    for (int q = 0; q < 8 / kThreadsPerRow; ++q) {
-      const int cc = c0 + q * kThreadsPerRow;
-      const uint32_t dst = q_addr + wgmma::swizzled(r, cc);
-      const bf16* chunk = src + cc * 8;
-#pragma unroll
-      for (int blk = 0; blk < kColBlocks; ++blk) cp_async_16_to(dst + blk * (ROWS * 128), chunk + blk * 64, bytes);
-    }
+    copy_row_chunks<kThreadsPerRow, ROWS * 128>(q_addr, r, c0, src, bytes);
   } else {  // chunk c0 % 8 of blocks c0 / 8, c0 / 8 + kThreadsPerRow / 8, ...
     constexpr int kBlockStep = kThreadsPerRow / 8;
     const int first = c0 / 8;
