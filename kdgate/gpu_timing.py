@@ -6,8 +6,9 @@ input is served from the 50 MB L2 (under ``code-warm`` timing, kdgate.timing_met
 untimed call of the same code on other inputs follows it). A read leaves only clean lines
 there; a write (the flush of the baselines before build c91e610883f8) left up to 50 MB
 of dirty lines that the timed call then wrote back (on the H200: 2.7-7.8 us more on the
-bs-1 N1 chains of 16k-128k positions, measured side by side). Also measures the device's two ceilings in
-the same process: device-to-device copy bandwidth and a large bf16 matmul's rate.
+bs-1 N1 chains of 16k-128k positions, measured side by side). Also measures the device's
+two ceilings in the same process: device-to-device copy bandwidth and a large bf16
+matmul's rate.
 """
 
 from __future__ import annotations
@@ -67,14 +68,20 @@ def capture(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAGraph:
     return graph
 
 
+def try_capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph | None:
+    """capture(fn), or None when ``fn`` cannot be captured (a baseline then runs eagerly)."""
+    try:
+        return capture(fn)
+    except Exception:
+        torch.cuda.synchronize()
+        return None
+
+
 def replayable(fn: Callable[[], object]) -> Callable[[], object]:
     """A CUDA graph replay of ``fn`` (its host launch cost off the device's timeline), or
     ``fn`` itself when it cannot be captured."""
-    try:
-        return capture(fn).replay
-    except Exception:  # a baseline that cannot be captured runs eagerly
-        torch.cuda.synchronize()
-        return fn
+    graph = try_capture(fn)
+    return graph.replay if graph is not None else fn
 
 
 def time_call(fn: Callable[[], object], reps: int = 30, flush: L2Flush | None = None,
@@ -84,13 +91,7 @@ def time_call(fn: Callable[[], object], reps: int = 30, flush: L2Flush | None = 
     ``before()``, untimed, when given (code-warm timing: ``fn``'s code on other inputs)."""
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
-    graph = None
-    if use_graph:
-        try:
-            graph = capture(fn)
-        except Exception:  # a baseline that cannot be captured is timed eagerly
-            torch.cuda.synchronize()
-            graph = None
+    graph = try_capture(fn) if use_graph else None
     run = graph.replay if graph is not None else fn
     if graph is None:
         fn()

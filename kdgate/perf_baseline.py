@@ -4,8 +4,8 @@ A baseline is a benchmark result (``kdgate.perf_bench`` JSON) saved on purpose. 
 *drops* when its fraction of roofline in this run is below the baseline's by more than
 ``tolerance`` (relative): fractions are ratios measured within each run (kernel time vs
 that run's copy and matmul ceilings), so a slower or faster clock on the same GPU model
-moves both sides alike. Runs on a different GPU model, or timed by another method (kdgate.timing_methods), are
-not comparable and are refused.
+moves both sides alike. Runs on a different GPU model, or timed by another method
+(kdgate.timing_methods), are not comparable and are refused.
 Baselines are never overwritten by this module.
 """
 

@@ -310,7 +310,7 @@ def _fmt(value, spec):
 
 def table(result: dict) -> str:
     """The summary as a Markdown table (one row per case)."""
-    flushed_too = any("kernel_flushed" in r for r in result["cases"])
+    flushed_too = has_flushed_times(result)
     lines = [f"{ceiling_line(result)} Kernel build {result['environment'].get('kernel_build')}. "
              f"{timing_line(result)}",
              "",
@@ -360,12 +360,17 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def has_flushed_times(result: dict) -> bool:
+    """Whether the run also timed its calls flushed (a code-warm run's ``kernel_flushed``)."""
+    return any("kernel_flushed" in r for r in result.get("cases", []))
+
+
 def timing_line(result: dict) -> str:
     """One sentence: how each call was timed (kdgate.timing_methods), and what the
     flushed column is when the run has one."""
     timing = result_timing(result)
     line = f"Each call timed as one CUDA graph replay {timing_words(timing)} (timing {timing})"
-    if any("kernel_flushed" in r for r in result.get("cases", [])):
+    if has_flushed_times(result):
         line += "; flushed µs: the same call timed after the read flush alone, its instructions read from DRAM"
     return line + "."
 

@@ -10,9 +10,10 @@
 // work (2 us more per call at ctx <= 4k). The wgmma main kernels allow it once their KV loop
 // is done, before the epilogue writes the result, when the request is short enough to leave
 // at least half of the grid's splits without work (allow_dependents_at_epilogue): the
-// combine's launch then overlaps the tail of the grid on SMs that had nothing to do. When (nearly) every SM has
-// work, early-launched combine CTAs crowd onto the SMs that finish first (measured 1-3 %
-// slower at ctx >= 32k with 132 splits), so the combine is left to launch at their exit.
+// combine's launch then overlaps the tail of the grid on SMs that had nothing to do. When
+// (nearly) every SM has work, early-launched combine CTAs crowd onto the SMs that finish
+// first (measured 1-3 % slower at ctx >= 32k with 132 splits), so the combine is left to
+// launch at their exit.
 // -DKDTREE_MAIN_NO_TRIGGER never allows it early, for A/B.
 #pragma once
 
