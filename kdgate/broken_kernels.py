@@ -8,6 +8,12 @@ layers can fail. Each is a candidate for ``--kernel kdgate.broken_kernels:NAME``
 * ``short_layout_unmarked`` built with KDTREE_FAULT_SHORT_LAYOUT_UNMARKED: a short one-request
                     call in the short layout leaves the grid's splits past its own unmarked
                     (the combine then merges whatever an earlier call left there).
+* ``batch_layout_unmarked`` built with KDTREE_FAULT_BATCH_LAYOUT_UNMARKED: a batch in the
+                    batch layout leaves the workspace slots past a request's pieces unmarked
+                    (the combine then merges whatever an earlier call left there).
+* ``grid_layout_merges_all`` built with KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL: the combine of a
+                    batch that kept the grid's own layout merges every workspace slot, also
+                    those past the grid's splits that an earlier call left.
 * ``stale_lengths`` the shipped kernel, but under CUDA-graph capture it reads a copy of
                     the request lengths (kv_indptr) taken at the last eager call, as a kernel
                     that bakes per-step data into the graph would: eager runs are right,
@@ -34,6 +40,8 @@ def _variant(defines: tuple[str, ...]):
 mask_shift = _variant(("KDTREE_FAULT_MASK_SHIFT",))
 drop_split = _variant(("KDTREE_FAULT_DROP_SPLIT",))
 short_layout_unmarked = _variant(("KDTREE_FAULT_SHORT_LAYOUT_UNMARKED",))
+batch_layout_unmarked = _variant(("KDTREE_FAULT_BATCH_LAYOUT_UNMARKED",))
+grid_layout_merges_all = _variant(("KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL",))
 
 _STALE: dict[tuple, torch.Tensor] = {}
 

@@ -116,25 +116,25 @@ def test_one_full_wave_beats_two_waves_of_half_the_work(lib, bs, heads, n):
     # 8 row blocks in all: 16 splits fill 128 of 132 SMs once; 33 would fill them twice
     # with half the work each, paying each CTA's fixed cost twice (measured 1.19-1.25x
     # faster with 16 on the H200)
-    code, (_, grid, row_blocks, splits) = plan(lib, bs, heads, n)
+    code, (_, slots, row_blocks, splits) = plan(lib, bs, heads, n)
     assert code == 0 and bs * row_blocks == 8 and splits == 16
-    assert grid == 16  # no balancing splits past 4 per request (split_plan.h)
+    assert slots == (32 if bs > 1 else 16)  # a batch's workspace: twice the grid's splits (split_plan.h)
 
 
-@pytest.mark.parametrize("bs, heads, n, path, budget, balanced", [
-    (32, 8, 16, "auto", BUDGET, True),       # 64 row blocks x 2 splits: a grid of 4 per request
+@pytest.mark.parametrize("bs, heads, n, path, budget, batch_layout", [
+    (32, 8, 16, "auto", BUDGET, True),       # 64 row blocks x 2 splits: 4 slots per request
     (32, 8, 16, "tiled", BUDGET, True),
-    (32, 16, 4, "auto", BUDGET, True),       # 32 row blocks x 4 splits: a grid of 8
-    (4, 8, 16, "auto", BUDGET, False),       # 16 splits per request: balancing cost more than it gave
+    (32, 16, 4, "auto", BUDGET, True),       # 32 row blocks x 4 splits: 8 slots
+    (4, 8, 16, "auto", BUDGET, True),        # 16 splits per request: 32 slots, the grid unchanged
     (1, 8, 16, "auto", BUDGET, False),       # one request: nothing to balance
     (128, 16, 4, "auto", BUDGET, False),     # one split per request: no combine is added for it
     (32, 8, 16, "portable", BUDGET, False),  # the portable path plans its own splits
-    (32, 8, 16, "auto", 3 * 32 * 128 * 514 * 4, False),  # 2 x 2 splits would pass the workspace budget
+    (32, 8, 16, "auto", 3 * 32 * 128 * 514 * 4, False),  # 2 x 2 slots would pass the workspace budget
 ])
-def test_batches_get_twice_the_splits_to_balance_unequal_lengths(lib, bs, heads, n, path, budget, balanced):
-    code, (_, grid, _, base) = plan(lib, bs, heads, n, request=path, budget=budget)
-    assert code == 0 and base >= 1
-    assert grid == (2 * base if balanced else base), f"grid {grid}, base {base}"
+def test_batches_get_twice_the_slots_for_the_batch_layout(lib, bs, heads, n, path, budget, batch_layout):
+    code, (_, slots, _, grid_splits) = plan(lib, bs, heads, n, request=path, budget=budget)
+    assert code == 0 and grid_splits >= 1
+    assert slots == (2 * grid_splits if batch_layout else grid_splits), f"slots {slots}, grid splits {grid_splits}"
 
 
 def combine_shape(lib, rows, splits, sms=132):

@@ -9,7 +9,9 @@
 // output is rounded to bf16 once, and a row's splits are added in split order. Splits that
 // saw nothing (m = -inf) weigh 0 and their partial output, never written, is not read.
 // Weights are exact log2-domain exponentials. Both kernels read what decides whether they
-// compute a row (qo_indptr) before they wait for the main kernel (TokenOwner).
+// compute a row (qo_indptr) before they wait for the main kernel (TokenOwner); a batch that
+// kept the grid's own layout has fewer live slots than the workspace, which the main kernel
+// records in p.layout_flag (merged_slot()).
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -54,6 +56,12 @@ inline int combine_ctas_per_sm(int64_t ctas, int64_t num_sms) { return ctas <= 4
 // 0.98-1.00x at 1,024 rows, where the chunk kernel has all its loads in flight.
 // -DKDTREE_COMBINE_CHUNKS_ONLY: the chunk kernel always (A/B).
 constexpr int kCombineRowSplits = 8;
+// Both kernels are shaped by the grid's splits per request (p.base_splits); a batch's
+// workspace has up to kBatchSlotsFactor times as many slots (split_plan.h), and these fit the
+// same warps: up to 8 grid splits per chunk-kernel warp (of its 24 lanes), up to
+// kCombineRowSplits per row-kernel warp (of 32).
+static_assert(kBatchSlotsFactor * 8 <= kCombinePerWarp && kBatchSlotsFactor * kCombineRowSplits <= 32,
+              "a batch's slots fit the warps its grid splits are given");
 __host__ __device__ inline bool combine_by_rows(int64_t rows, int64_t num_splits, int64_t num_sms) {
 #if defined(KDTREE_COMBINE_CHUNKS_ONLY)
   return false;
@@ -193,7 +201,7 @@ verify_combine_kernel(const VerifyParams p) {
   __shared__ float4 part[kCombineWarps][32];
   __shared__ float part_m[kCombineWarps], part_l[kCombineWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group_warps = combine_group_warps(p.num_splits);
+  const int group_warps = combine_group_warps(p.base_splits);  // the launch's shape (verify_api.cu)
   const int member = warp % group_warps;
   const int64_t unit = static_cast<int64_t>(blockIdx.x) * (kCombineWarps / group_warps) + warp / group_warps;
   const int64_t stride = p.total_tokens * p.heads;
@@ -205,11 +213,16 @@ verify_combine_kernel(const VerifyParams p) {
   TokenOwner owner;
   owner.begin_then_wait(p, t, flat < stride);  // before reading what the main kernel wrote
   allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
+  const int layout = has_batch_layout(p) ? *p.layout_flag : 1;  // loaded with the (m, l) below
   float ms = -INFINITY, ls = 0.f;
   if (flat < stride && lane < kCombinePerWarp && my_split < p.num_splits) {
     const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (my_split * stride + flat) * 2);
     ms = ml.x;
     ls = ml.y;
+  }
+  if (!merged_slot(p, layout, my_split)) {  // a slot this call did not write: weight 0
+    ms = -INFINITY;
+    ls = 0.f;
   }
   // the same for every warp of a group: a unit past the rows, or a row no request owns
   const bool active = flat < stride && owner.computed(p, t);
@@ -277,9 +290,9 @@ verify_combine_kernel(const VerifyParams p) {
 }
 
 // The row kernel (combine_by_rows()): warp w of CTA c merges query row 8 c + w; lane i holds
-// split i's (m, l) (i < num_splits <= kCombineRowSplits) and loads, for each live split in
-// order, columns 4 i .. 4 i + 3 of each of the row's 4 chunks (4 float4), two splits at a
-// time. Built for 4 CTAs per SM.
+// split i's (m, l) (i < num_splits <= kBatchSlotsFactor x kCombineRowSplits) and loads, for
+// each live split in order, columns 4 i .. 4 i + 3 of each of the row's 4 chunks (4 float4),
+// two splits at a time. Built for 4 CTAs per SM.
 __global__ void __launch_bounds__(kCombineWarps * 32, 4)
 verify_combine_rows_kernel(const VerifyParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -290,11 +303,16 @@ verify_combine_rows_kernel(const VerifyParams p) {
   owner.begin_then_wait(p, t, flat < stride);  // before reading what the main kernel wrote
   allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
   if (flat >= stride) return;  // warp-uniform; this kernel has no CTA barrier
+  const int layout = has_batch_layout(p) ? *p.layout_flag : 1;  // loaded with the (m, l) below
   float ms = -INFINITY, ls = 0.f;
   if (lane < p.num_splits) {  // loaded before the owner is known (in flight together)
     const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (lane * stride + flat) * 2);
     ms = ml.x;
     ls = ml.y;
+  }
+  if (!merged_slot(p, layout, lane)) {  // a slot this call did not write: weight 0
+    ms = -INFINITY;
+    ls = 0.f;
   }
   if (!owner.computed(p, t)) return;  // a row no request owns (warp-uniform)
 
@@ -306,7 +324,7 @@ verify_combine_rows_kernel(const VerifyParams p) {
   float4 acc[kCombineChunks];
 #pragma unroll
   for (int c = 0; c < kCombineChunks; ++c) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int i0 = 0; i0 < kCombineRowSplits && (live >> i0); i0 += 2) {
+  for (int i0 = 0; i0 < kBatchSlotsFactor * kCombineRowSplits && (live >> i0); i0 += 2) {
     float4 v[2][kCombineChunks];
 #pragma unroll
     for (int u = 0; u < 2; ++u)

@@ -42,7 +42,7 @@ enum KernelPath : int64_t {
 constexpr int64_t kSeesawMinRows = 256;
 constexpr int64_t kSeesawMinRowsLargeBatch = 128;
 constexpr int64_t kSeesawLargeBatch = 32;
-inline bool runs_seesaw(int64_t n_max, int64_t heads, int64_t bs) {
+__host__ __device__ inline bool runs_seesaw(int64_t n_max, int64_t heads, int64_t bs) {
 #if defined(KDTREE_ROWS_SERIAL)
   return false;
 #elif defined(KDTREE_SEESAW_ROWS_ONLY)
@@ -101,17 +101,28 @@ inline int64_t choose_num_splits_tiled(int64_t bs, int64_t row_blocks, int64_t t
   return best;
 }
 
-// Batches of unequal lengths (bs > 1, tiled and wgmma paths, 2 to kBalanceMaxBase splits):
-// the plan gives the grid kBalanceFactor x the `base` splits a batch of equal lengths needs, and each
-// request takes as many of them as its share of the batch's KV positions: exactly `base`
-// when all lengths are equal (the extra splits stay empty), and 2 x base x length / mean
-// (at least 1, at most the grid's) when the longest request is over 1.25 x the mean, so
-// long requests are cut into pieces of about half an equal share and the SMs take pieces of
-// every request in turn instead of waiting on the longest one's `base` pieces. `total` and
-// `longest`: the sum and maximum of the batch's lengths. Measured on the H200 (same-run A/B):
-// bs 32 at ctx 16k mixed (base 2 and 4) 1.15-1.19x faster, bs 32 equal lengths 0.995-0.998x;
-// at base 8-33 (bs 4, 8) the extra empty CTAs cost equal-length batches 4-9 %, so larger
-// bases keep their grid.
+// Batches (bs > 1, tiled and wgmma paths) take one of two schemes for unequal lengths.
+//
+// The batch layout (every kernel but the seesaw one, 2 or more grid splits per request): the
+// grid keeps the `base` splits per request a batch of equal lengths needs, and the workspace
+// has kBatchSlotsFactor x base slots per request, so a batch of uneven lengths
+// (common/batch_layout.cuh) can cut a long request into more pieces than the grid's splits and
+// a short one into fewer, with the grid's bs x base CTAs per row block. Measured on the H200
+// (full matrix, against the balanced grid for base <= 4 and the plain grid above, two machine
+// starts): the mixed-length batches of the 64-row and 32-row kernels 1.29-1.70x faster, equal
+// lengths at bs 4-8 0.96-0.98x at ctx 4k and 0.99-1.03x from 16k, bs 1 0.95-1.01x (median 0.99);
+// docs/perf-h200-wgmma/experiments/README.md, Session 28.
+constexpr int64_t kBatchSlotsFactor = 2;
+
+// The balanced grid (the seesaw kernel's batches, 2 to kBalanceMaxBase splits): the plan gives
+// the grid kBalanceFactor x the `base` splits a batch of equal lengths needs, and each request
+// takes as many of them as its share of the batch's KV positions: exactly `base` when all
+// lengths are equal (the extra splits stay empty), and 2 x base x length / mean (at least 1, at
+// most the grid's) when the longest request is over 1.25 x the mean. `total` and `longest`: the
+// sum and maximum of the batch's lengths. Measured on the H200 (same-run A/B): bs 32 at ctx 16k
+// mixed (base 2 and 4) 1.15-1.19x faster, bs 32 equal lengths 0.995-0.998x. The seesaw kernel
+// keeps it because the batch layout's code made it 2-3 % slower per tile at bs 32-128 and
+// 1 us slower per call at bs 1 (Session 28).
 constexpr int64_t kBalanceFactor = 2;
 constexpr int64_t kBalanceMaxBase = 4;
 __host__ __device__ inline int64_t request_splits(int64_t length, int64_t total, int64_t longest, int64_t bs,
@@ -120,6 +131,12 @@ __host__ __device__ inline int64_t request_splits(int64_t length, int64_t total,
   const int64_t factor = 4 * longest * bs > 5 * total ? 2 : 1;
   const int64_t splits = factor * length * bs * base / total;
   return splits < 1 ? 1 : splits > grid ? grid : splits;
+}
+
+// Whether a call of this path and these sizes balances its batches in the grid (the seesaw
+// kernel) rather than in the batch layout; static sizes only.
+__host__ __device__ inline bool grid_balances(int64_t path, int64_t n_max, int64_t heads, int64_t bs) {
+  return path == kPathWgmma64 && runs_seesaw(n_max, heads, bs);
 }
 
 // KV positions [begin, end) of split `split` for a request of `length` positions: equal

@@ -57,14 +57,15 @@ cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, int smem, cud
 }
 
 // Launch main kernel `Kernel` (`Threads` threads, `Smem` bytes of dynamic shared memory) on
-// the grid (row blocks, requests, splits).
+// the grid (row blocks, requests, the grid's splits per request).
 template <auto Kernel, int Threads, int Smem>
 cudaError_t launch_main(const VerifyParams& p, cudaStream_t stream) {
   static unsigned long long configured = 0;  // one flag per kernel: devices already allowed Smem
   cudaError_t e = allow_shared_memory(Kernel, Smem, &configured);
   if (e != cudaSuccess) return e;
+  const bool balanced = kdtree::grid_balances(p.path, p.n_max, p.heads, p.bs);  // its grid: all the slots
   dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.bs),
-            static_cast<unsigned>(p.num_splits));
+            static_cast<unsigned>(balanced ? p.num_splits : p.base_splits));
   return launch_dependent(Kernel, grid, dim3(Threads), Smem, stream, p);
 }
 
@@ -90,10 +91,11 @@ int64_t kdtree_path_smem(int64_t path) {
 // Plan a call from static sizes. `request`: -1 = the fastest path this device can run,
 // 0 = portable, 1 = tiled, 2 = wgmma. `smem_optin`: the device's opt-in shared memory per
 // block; `capability`: major * 10 + minor (wgmma runs on 9.0 only). Writes {path,
-// num_splits (the grid's), row_blocks, base_splits (an equal-length batch's; fewer than
-// num_splits where the grid balances unequal lengths, split_plan.h)} to `out`; returns 0,
-// or 1 when the requested path does not fit this device, 2 on a bad argument. Build with
-// -DKDTREE_NO_BALANCE for grids without the balancing splits (to measure what they do).
+// num_splits (the workspace slots per request, which the combine merges), row_blocks,
+// base_splits (the splits per request of an equal-length batch; fewer than num_splits in a
+// batch, which then takes the batch layout or the balanced grid, split_plan.h)} to `out`; returns 0, or 1 when the requested path
+// does not fit this device, 2 on a bad argument. Build with -DKDTREE_NO_BALANCE for plans
+// without either (to measure what they do).
 int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64_t smem_optin,
                 int64_t capability, int64_t workspace_budget_bytes, int64_t request, int64_t* out) {
   if (bs < 1 || heads < 1 || heads > kdtree::kMaxHeads || n_max < 1 || n_max > kdtree::kMaxDraft || num_sms < 1 || request < -1 ||
@@ -121,22 +123,26 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
   const int64_t splits = path == kdtree::kPathPortable
       ? kdtree::choose_num_splits(bs, row_blocks, bs * rows, num_sms, workspace_budget_bytes)
       : kdtree::choose_num_splits_tiled(bs, row_blocks, bs * rows, num_sms, workspace_budget_bytes);
-  int64_t grid = splits;
+  // workspace slots per request: more than the grid's splits give the batch layout, or the
+  // balanced grid (split_plan.h)
+  int64_t slots = splits;
 #if !defined(KDTREE_NO_BALANCE)
-  if (path != kdtree::kPathPortable && bs > 1 && splits >= 2 && splits <= kdtree::kBalanceMaxBase &&
-      splits * kdtree::kBalanceFactor <= kdtree::kMaxSplitsTiled &&
-      splits * kdtree::kBalanceFactor * bs * rows * (512 + 2) * 4 <= workspace_budget_bytes)
-    grid = splits * kdtree::kBalanceFactor;
+  const bool balanced = kdtree::grid_balances(path, n_max, heads, bs);
+  const int64_t factor = balanced ? kdtree::kBalanceFactor : kdtree::kBatchSlotsFactor;
+  if (path != kdtree::kPathPortable && bs > 1 && splits >= 2 && (!balanced || splits <= kdtree::kBalanceMaxBase) &&
+      splits * factor <= kdtree::kMaxSplitsTiled && splits * factor * bs * rows * (512 + 2) * 4 <= workspace_budget_bytes)
+    slots = splits * factor;
 #endif
   out[0] = path;
-  out[1] = grid;
+  out[1] = slots;
   out[2] = row_blocks;
   out[3] = splits;
   return 0;
 }
 
-// The combine's launch for `rows` query rows (T x H) and `num_splits` splits on `num_sms`
-// SMs: writes {warps per query row (1: the row kernel), CTAs, CTAs per SM it is built for} to
+// The combine's launch for `rows` query rows (T x H) and `num_splits` grid splits per request
+// (the plan's base_splits; a batch's combine merges up to kBatchSlotsFactor times as many
+// workspace slots with the same warps) on `num_sms` SMs: writes {warps per query row (1: the row kernel), CTAs, CTAs per SM it is built for} to
 // `out`; returns 0, or 2 on a bad argument.
 int kdtree_combine_shape(int64_t rows, int64_t num_splits, int64_t num_sms, int64_t* out) {
   if (rows < 1 || num_splits < 2 || num_splits > kdtree::kMaxSplitsTiled || num_sms < 1) return 2;
@@ -154,7 +160,8 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
   if (part < 0 || part > 2) return static_cast<int>(cudaErrorInvalidValue);
   const VerifyParams& p = *params;
   if (p.n_max < 1 || p.n_max > kdtree::kMaxDraft || p.heads < 1 || p.heads > kdtree::kMaxHeads ||
-      p.base_splits < 1 || p.base_splits > p.num_splits)
+      p.base_splits < 1 || p.base_splits > p.num_splits || p.num_splits > kdtree::kMaxSplitsTiled ||
+      p.num_splits > kdtree::kBatchSlotsFactor * p.base_splits || (p.bs == 1 && p.num_splits != p.base_splits))
     return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   cudaError_t e = cudaSuccess;
@@ -196,7 +203,7 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
     if ((e = cudaGetDevice(&device)) != cudaSuccess ||
         (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
       return static_cast<int>(e);
-    const kdtree::CombineLaunch c = kdtree::combine_launch(rows, p.num_splits, sms);
+    const kdtree::CombineLaunch c = kdtree::combine_launch(rows, p.base_splits, sms);
     const dim3 grid(static_cast<unsigned>(c.ctas)), block(kdtree::kCombineWarps * 32);
     e = c.by_rows ? launch_dependent(kdtree::verify_combine_rows_kernel, grid, block, 0, stream, p)
         : c.ctas_per_sm == 4

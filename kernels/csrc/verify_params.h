@@ -27,6 +27,8 @@ struct VerifyParams {
   float* ws_acc;            // [splits, T, H, 512] fp32 partial outputs (splits > 1)
   float* ws_ml;             // [splits, T, H, 2]  fp32 running max (log2 units) and sum
   int* error_flag;          // debug mode: bit set per kind of bad index seen (see below)
+  int* layout_flag;         // a batch call's layout, from its main kernel to its combine: 1 in the
+                            // batch layout, 0 in the grid's own (common/request_extent.cuh)
   // strides in elements
   int64_t q_stride_t, q_stride_h;
   int64_t ke_stride_t, ve_stride_t, kb_stride;

@@ -44,7 +44,7 @@ class VerifyParams(ctypes.Structure):
 
     _fields_ = [(name, ctypes.c_void_p) for name in (
         "q", "k_extend", "v_extend", "k_buffer", "o", "lse", "qo_indptr", "kv_indptr",
-        "kv_indices", "mask", "mask_indptr", "ws_acc", "ws_ml", "error_flag")] + [
+        "kv_indices", "mask", "mask_indptr", "ws_acc", "ws_ml", "error_flag", "layout_flag")] + [
         (name, ctypes.c_int64) for name in (
             "q_stride_t", "q_stride_h", "ke_stride_t", "ve_stride_t", "kb_stride",
             "o_stride_t", "o_stride_h", "lse_stride_t", "kv_buffer_rows", "kv_indices_len",
@@ -234,6 +234,7 @@ def _workspace(device: torch.device, acc_floats: int, ml_floats: int) -> dict[st
             "ml": torch.empty(max(grown_size(ml_floats, old["ml"].numel() if old else 0, cap), 2),
                               dtype=torch.float32, device=device),
             "error": torch.zeros(1, dtype=torch.int32, device=device),
+            "layout": torch.zeros(1, dtype=torch.int32, device=device),  # written by every batch call
         }
         _WORKSPACE[index] = ws
     return ws
@@ -267,9 +268,11 @@ def requested_path() -> str:
 
 
 def combine_shape(rows: int, num_splits: int, device: torch.device, lib=None) -> tuple[int, int, int]:
-    """(warps per query row, CTAs, CTAs per SM it is built for) of the combine that merges
-    ``num_splits`` splits of ``rows`` query rows (tokens x heads) on ``device``; one warp per
-    row is the row kernel (few splits of many rows), more the chunk kernel (combine.cuh)."""
+    """(warps per query row, CTAs, CTAs per SM it is built for) of the combine of a call with
+    ``num_splits`` grid splits per request (the plan's ``base_splits``; a batch's combine
+    merges twice as many workspace slots with the same warps) and ``rows`` query rows (tokens
+    x heads) on ``device``; one warp per row is the row kernel (few splits of many rows), more
+    the chunk kernel (combine.cuh)."""
     lib = lib or _library()
     index = device.index if device.index is not None else torch.cuda.current_device()
     out = (ctypes.c_int64 * 3)()
@@ -281,8 +284,9 @@ def combine_shape(rows: int, num_splits: int, device: torch.device, lib=None) ->
 
 def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tuple[int, int, int, int]:
     """(num_splits, row_blocks, path, base_splits) for these static sizes on ``device``:
-    the grid's KV splits, and the splits a batch of equal lengths takes of them (fewer
-    where the grid's extra splits balance unequal lengths)."""
+    the workspace slots per request that the combine merges, and the grid's KV splits per
+    request (fewer than the slots in a batch, whose CTAs then cut each request into as many
+    pieces as its share of the batch's positions: the batch layout)."""
     lib = lib or _library()
     index = device.index if device.index is not None else torch.cuda.current_device()
     sms, smem, capability = _device_limits(index)
@@ -320,6 +324,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
         o=_ptr(o), lse=_ptr(lse), qo_indptr=_ptr(qo_indptr), kv_indptr=_ptr(kv_indptr),
         kv_indices=_ptr(kv_indices), mask=_ptr(custom_mask), mask_indptr=_ptr(mask_indptr),
         ws_acc=_ptr(ws["acc"]), ws_ml=_ptr(ws["ml"]), error_flag=_ptr(ws["error"]),
+        layout_flag=_ptr(ws["layout"]),
         q_stride_t=q.stride(0), q_stride_h=q.stride(1), ke_stride_t=k_extend.stride(0),
         ve_stride_t=v_extend.stride(0), kb_stride=k_buffer.stride(0),
         o_stride_t=o.stride(0), o_stride_h=o.stride(1),

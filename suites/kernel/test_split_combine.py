@@ -64,9 +64,9 @@ def test_combine_holds_parity_in_every_build(candidate, cuda_device, case, per_s
         pytest.skip(f"not run: the split combine belongs to the shipped kernel, not --kernel {candidate.name}")
     from kdtree.verify_op import combine_shape, plan
 
-    splits, _, _, _ = plan(len(case.ctx), case.heads, case.n, cuda_device)
+    splits, _, _, grid_splits = plan(len(case.ctx), case.heads, case.n, cuda_device)
     assert splits >= 2, f"{case.id}: planned {splits} split, the combine would not run"
-    warps, ctas, built = combine_shape(len(case.ctx) * case.n * case.heads, splits, cuda_device)
+    warps, ctas, built = combine_shape(len(case.ctx) * case.n * case.heads, grid_splits, cuda_device)
     assert built == per_sm, f"{case.id}: {ctas} combine CTAs took the {built}-per-SM build, expected {per_sm}"
     assert (warps == 1) == by_rows, f"{case.id}: {splits} splits took {warps} warps per row, row kernel {by_rows}"
     outcome = run_case(candidate, build_inputs(case, cuda_device), compare_baseline=False)

@@ -5,6 +5,8 @@
 
 #include "../split_plan.h"
 #include "../verify_params.h"
+#include "batch_layout.cuh"
+#include "row_result.cuh"
 
 namespace kdtree {
 
@@ -71,6 +73,26 @@ __device__ __forceinline__ bool request_extent(const VerifyParams& p, int64_t b,
   return true;
 }
 
+// Whether a call may run in the batch layout (common/batch_layout.cuh): the plan gave the
+// workspace more slots per request than the grid has splits, and the kernel is not one that
+// balances its grid instead (static sizes only, split_plan.h). It then does when the batch's
+// lengths are uneven (lengths_uneven()); a batch of near-equal lengths keeps the grid's own
+// layout, each request in its grid splits, and the combine merges only those slots
+// (merged_slot()).
+__device__ __forceinline__ bool has_batch_layout(const VerifyParams& p) {
+  return p.base_splits < p.num_splits && !grid_balances(p.path, p.n_max, p.heads, p.bs);
+}
+
+// Whether workspace slot `slot` holds a state the combine merges, given the main kernel's
+// p.layout_flag value `layout` (read only when has_batch_layout()): every slot, but in a batch
+// that kept the grid's own layout only its grid splits.
+__device__ __forceinline__ bool merged_slot(const VerifyParams& p, int layout, int64_t slot) {
+#ifdef KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL  // negative control: the flag is ignored, stale slots merged
+  return slot < p.num_splits;
+#endif
+  return slot < p.num_splits && (slot < p.base_splits || !has_batch_layout(p) || layout != 0);
+}
+
 // Sum and maximum of the batch's request lengths (prefix + draft tokens, clamped as in
 // request_extent()), in every lane of the calling warp; all 32 lanes must call.
 __device__ __forceinline__ void batch_lengths(const VerifyParams& p, int64_t* total, int64_t* longest) {
@@ -93,24 +115,39 @@ __device__ __forceinline__ void batch_lengths(const VerifyParams& p, int64_t* to
   *longest = most;
 }
 
-// A CTA's place in its call's layout: row block, request, split, and the splits each
-// request's KV is cut into in that layout. grid_coord(): the launch grid's own layout (row
-// block blockIdx.x, request blockIdx.y, split blockIdx.z of num_splits); a kernel may lay a
-// short request out otherwise (wgmma/short_layout.cuh).
+// A CTA's place in its call's layout: row block, request, split (the workspace slot it writes)
+// and the splits its request's KV is cut into in that layout. grid_coord(): the launch grid's
+// own layout (row block blockIdx.x, request blockIdx.y, split blockIdx.z of p.base_splits); a
+// batch whose workspace has more slots than the grid has splits takes the batch layout
+// (enter_batch_layout()), and a kernel may lay a short request out otherwise
+// (wgmma/short_layout.cuh).
 struct CtaCoord {
   int64_t row_block, request, split, splits;
+  bool batch_layout;  // its place in the batch layout: the request's last piece marks the slots past it
 };
 __device__ __forceinline__ CtaCoord grid_coord(const VerifyParams& p) {
   return {static_cast<int64_t>(blockIdx.x), static_cast<int64_t>(blockIdx.y), static_cast<int64_t>(blockIdx.z),
-          p.num_splits};
+          p.base_splits, false};
+}
+
+// The CTA's place in the batch layout, for chunks of whole `tile`s of at least `min_chunk`
+// positions; false when the plan leaves this CTA no piece. Call from every thread, only in a
+// call that takes the batch layout (cta_place()).
+__device__ __forceinline__ bool enter_batch_layout(const VerifyParams& p, int64_t tile, int64_t min_chunk,
+                                                   CtaCoord* c) {
+  const int32_t place = batch_layout_place(p.qo_indptr, p.kv_indptr, p.qo_is_64, p.kv_is_64, p.bs, p.n_max,
+                                           p.kv_indices_len, p.num_splits, p.base_splits, tile, min_chunk);
+  if (place < 0) return false;
+  *c = {c->row_block, place >> 16, (place >> 8) & 0xff, place & 0xff, true};
+  return true;
 }
 
 // What the CTA at `c` computes: its request's extent, rows (draft tokens x heads) and KV
-// length (prefix + draft tokens), its first row, its split's KV positions [j_begin, j_end)
-// and the request's mask offset.
+// length (prefix + draft tokens), its first row, its split (the workspace slot it writes), its
+// split's KV positions [j_begin, j_end) and the request's mask offset.
 struct CtaWork {
   RequestExtent ext;
-  int64_t rows, row0, length, j_begin, j_end, mask_base;
+  int64_t rows, row0, length, split, j_begin, j_end, mask_base;
   bool half_idle;  // a short request: the layout's upper half of splits holds none of its KV positions
 };
 
@@ -120,11 +157,32 @@ __device__ __forceinline__ bool cta_extent(const VerifyParams& p, const CtaCoord
   return request_extent(p, c.request, threadIdx.x == 0 && c.row_block == 0 && c.split == 0, ext);
 }
 
-// This CTA's work for `block_rows` rows per CTA and the path's split_range() sizes (over
-// the request's share of the layout's splits: request_splits() where the grid balances
-// unequal lengths), given its request's extent `ext` (cta_extent()). Called by every
-// thread of the CTA. False when it has nothing to write: its row block lies past the
-// request's rows.
+// The CTA's place (*c, from grid_coord()) and its request's extent: the grid's own layout,
+// or the batch layout where the call takes it (has_batch_layout(), then uneven lengths), which
+// the first CTA records in p.layout_flag for the combine. The grid request's extent is read
+// before the layout is decided, so both reads are in flight together when the grid's stays.
+// False when the batch layout leaves the CTA no piece, or as cta_extent(). Called by every
+// thread of the CTA.
+__device__ __forceinline__ bool cta_place(const VerifyParams& p, int64_t tile, int64_t min_chunk, CtaCoord* c,
+                                          RequestExtent* ext) {
+  bool inside = cta_extent(p, *c, ext);
+  if (has_batch_layout(p)) {
+    const bool uneven =
+        lengths_uneven(p.qo_indptr, p.kv_indptr, p.qo_is_64, p.kv_is_64, p.bs, p.n_max, p.kv_indices_len);
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) *p.layout_flag = uneven;
+    if (uneven) {
+      if (!enter_batch_layout(p, tile, min_chunk, c)) return false;
+      inside = cta_extent(p, *c, ext);
+    }
+  }
+  return inside;
+}
+
+// This CTA's work for `block_rows` rows per CTA and the path's split_range() sizes over
+// c.splits, its request's splits in the layout, given its request's extent `ext`
+// (cta_extent()). In the batch layout the CTA with the request's last piece also marks the
+// request's slots past its pieces (mark_slots_empty()). Called by every thread of the CTA.
+// False when it has nothing to write: its row block lies past the request's rows.
 __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& c, const RequestExtent& ext,
                                          int64_t block_rows, int64_t min_chunk, int64_t tile, CtaWork* w) {
   const int64_t b = c.request, split = c.split;
@@ -133,14 +191,15 @@ __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& 
   w->row0 = c.row_block * block_rows;
   if (w->row0 >= w->rows) return false;
   w->length = ext.prefix + ext.qo_len;
-  int64_t splits = c.splits;  // this request's share of the layout's splits
-  if (c.splits == p.num_splits && p.base_splits < p.num_splits) {
-    int64_t total, longest;
-    batch_lengths(p, &total, &longest);
-    splits = request_splits(w->length, total, longest, p.bs, p.base_splits, p.num_splits);
+  w->split = split;
+  split_range(w->length, c.splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
+  w->half_idle = splits_idle_from(w->length, c.splits, c.splits / 2, min_chunk, tile);
+#if !defined(KDTREE_FAULT_BATCH_LAYOUT_UNMARKED)  // negative control: the marks are not written
+  if (c.batch_layout && split == c.splits - 1 && c.splits < p.num_splits) {
+    const int64_t row_end = w->rows < w->row0 + block_rows ? w->rows : w->row0 + block_rows;
+    mark_slots_empty(p.ws_ml, p.total_tokens, p.heads, p.num_splits, ext.qo_start, w->row0, row_end, c.splits);
   }
-  split_range(w->length, splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
-  w->half_idle = splits_idle_from(w->length, splits, c.splits / 2, min_chunk, tile);
+#endif
 #ifdef KDTREE_FAULT_DROP_SPLIT  // negative control: the first split never writes its part
   if (p.num_splits > 1 && split == 0) return false;
 #endif
@@ -148,13 +207,34 @@ __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& 
   return true;
 }
 
-// cta_work() at the launch grid's own layout, reading the request's extent (false also when
+// cta_work() in the balanced grid (split_plan.h: grid_balances(), the seesaw kernel): the
+// launch grid's own layout over all p.num_splits splits, a batch's request taking
+// request_splits() of them. False as cta_work(), or when its tokens lie outside q.
+__device__ __forceinline__ bool cta_work_in_balanced_grid(const VerifyParams& p, int64_t block_rows,
+                                                          int64_t min_chunk, int64_t tile, CtaWork* w) {
+  CtaCoord c = grid_coord(p);
+  c.splits = p.num_splits;
+  RequestExtent ext;
+  if (!cta_extent(p, c, &ext)) return false;
+  if (p.base_splits < p.num_splits) {
+    int64_t total, longest;
+    batch_lengths(p, &total, &longest);
+    c.splits = request_splits(ext.prefix + ext.qo_len, total, longest, p.bs, p.base_splits, p.num_splits);
+  }
+  if (!cta_work(p, c, ext, block_rows, min_chunk, tile, w)) return false;
+  w->half_idle = splits_idle_from(w->length, c.splits, p.num_splits / 2, min_chunk, tile);  // of the whole grid
+  return true;
+}
+
+// cta_work() at the launch grid's own layout, or the batch layout where the call has one,
+// reading the request's extent (false also when the batch layout leaves the CTA no piece or
 // its tokens lie outside q).
 __device__ __forceinline__ bool cta_work(const VerifyParams& p, int64_t block_rows, int64_t min_chunk,
                                          int64_t tile, CtaWork* w) {
-  const CtaCoord c = grid_coord(p);
+  CtaCoord c = grid_coord(p);
   RequestExtent ext;
-  return cta_extent(p, c, &ext) && cta_work(p, c, ext, block_rows, min_chunk, tile, w);
+  if (!cta_place(p, tile, min_chunk, &c, &ext)) return false;
+  return cta_work(p, c, ext, block_rows, min_chunk, tile, w);
 }
 
 // A slot index clamped into the KV buffer (a bad one is reported when `report`).
@@ -196,15 +276,6 @@ __device__ __forceinline__ int64_t kv_source_of(const VerifyParams& p, const Req
   if (j >= j_end) return -1;
   if (j >= ext.prefix) return -2;
   return clamp_slot(p, raw_index, report);
-}
-
-// Query row `row` of a request as (draft token, head). Rows are below kMaxDraft x kMaxHeads
-// (< 2^32), so a 32-bit division does (a 64-bit one is a long software routine).
-__device__ __forceinline__ void row_token_head(int64_t row, int64_t heads, int64_t* tok, int64_t* head) {
-  const uint32_t r = static_cast<uint32_t>(row), h = static_cast<uint32_t>(heads);
-  const uint32_t t = r / h;
-  *tok = t;
-  *head = r - t * h;
 }
 
 // Where the KV row of position j (its kv_source()) is read from, in bf16 elements: the

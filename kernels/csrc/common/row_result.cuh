@@ -10,6 +10,15 @@
 
 namespace kdtree {
 
+// Query row `row` of a request as (draft token, head). Rows are below kMaxDraft x kMaxHeads
+// (< 2^32), so a 32-bit division does (a 64-bit one is a long software routine).
+__device__ __forceinline__ void row_token_head(int64_t row, int64_t heads, int64_t* tok, int64_t* head) {
+  const uint32_t r = static_cast<uint32_t>(row), h = static_cast<uint32_t>(heads);
+  const uint32_t t = r / h;
+  *tok = t;
+  *head = r - t * h;
+}
+
 // A row's natural-log LSE from its running max `m` (log2 units) and sum `l`; -inf for a row
 // that saw nothing (l = 0).
 __device__ __forceinline__ float natural_lse(float m, float l) {

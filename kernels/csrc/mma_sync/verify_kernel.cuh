@@ -50,12 +50,12 @@ verify_mma_kernel(const VerifyParams p) {
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t split = blockIdx.z, H = p.heads;
+  const int64_t H = p.heads;
 
   // -- this CTA's work (request extent clamped: no read ever leaves its tensor)
   CtaWork work;
   if (!cta_work(p, kBlockM, 0, kBlockN, &work)) return;
-  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
+  const auto& [ext, rows, row0, length, split, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t qo_start = ext.qo_start, prefix = ext.prefix;
 
   // -- rows of this thread: A = row0 + 16*(warp/2) + g, B = A + 8

@@ -89,11 +89,11 @@ verify_tiled_kernel(const VerifyParams p) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int rg = warp % T::kRowGroups, cs = warp / T::kRowGroups;
-  const int64_t split = blockIdx.z, H = p.heads;
+  const int64_t H = p.heads;
 
   CtaWork work;
   if (!cta_work(p, BM, kMinChunkTiled, kBlockN, &work)) return;
-  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
+  const auto& [ext, rows, row0, length, split, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
   const int lr_a = rg * 16 + g, lr_b = lr_a + 8;  // this thread's two rows, local

@@ -44,7 +44,7 @@ __device__ __forceinline__ bool enter_short_layout(const VerifyParams& p, const 
   __builtin_assume(2 * half <= p.num_splits);
   if (!splits_idle_from(ext.prefix + ext.qo_len, p.num_splits, half, kMinChunkWgmma, kTile)) return false;
   const uint32_t cta = blockIdx.z;
-  *c = {cta % blocks, 0, cta / blocks, splits};
+  *c = {cta % blocks, 0, cta / blocks, splits, false};
   *block_rows = kShortBlockRows;
   if (c->split >= splits) {
     c->row_block = blocks;  // past every row: cta_work() gives it nothing to do

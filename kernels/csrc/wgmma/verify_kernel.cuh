@@ -113,10 +113,10 @@ verify_wgmma_kernel(const VerifyParams p) {
   float* red_wg = red + wg * 4 * NW;
   uint32_t* draft_vis = reinterpret_cast<uint32_t*>(red + S::kRedFloats);
 
-  const int64_t split = blockIdx.z, H = p.heads;
+  const int64_t H = p.heads;
   CtaWork work;
   if (!cta_work(p, S::kRows, kMinChunkWgmma, kTile, &work)) return;
-  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
+  const auto& [ext, rows, row0, length, split, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
   // this thread's accumulator columns are rows row_here + 8*jj + e of the request (bit

@@ -71,7 +71,8 @@ verify_rows_kernel(const VerifyParams p) {
   wait_for_prior_grids();  // before any global access (inputs, workspace)
   CtaCoord coord = grid_coord(p);
   RequestExtent request;
-  if (!cta_extent(p, coord, &request)) return;  // its tokens lie outside q: nothing to write
+  // no piece for it in the batch layout, or its tokens lie outside q: nothing to write
+  if (!cta_place(p, kTile, kMinChunkWgmma, &coord, &request)) return;
   int64_t block_rows = kRows;
   enter_short_layout(p, request, &coord, &block_rows);
   constexpr int TPR = kThreadsPerRow;
@@ -86,10 +87,10 @@ verify_rows_kernel(const VerifyParams p) {
   const int g = lane / 4, t = lane % 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
 
-  const int64_t split = coord.split, H = p.heads;
+  const int64_t H = p.heads;
   CtaWork work;
   if (!cta_work(p, coord, request, block_rows, kMinChunkWgmma, kTile, &work)) return;
-  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
+  const auto& [ext, rows, row0, length, split, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
   const int64_t row_end = rows < row0 + block_rows ? rows : row0 + block_rows;  // past it: padding
 

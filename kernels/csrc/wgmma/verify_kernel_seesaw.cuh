@@ -183,10 +183,10 @@ verify_seesaw_kernel(const VerifyParams p) {
   const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // 2: the copying warp
   const int wtid = tid % 128, warp = wtid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
 
-  const int64_t split = blockIdx.z, H = p.heads;
+  const int64_t H = p.heads;
   CtaWork work;
-  if (!cta_work(p, kRows, kMinChunkWgmma, kTile, &work)) return;
-  const auto& [ext, rows, row0, length, j_begin, j_end, mask_base, half_idle] = work;
+  if (!cta_work_in_balanced_grid(p, kRows, kMinChunkWgmma, kTile, &work)) return;
+  const auto& [ext, rows, row0, length, split, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 
   // this thread's rows of the block, qrow[0] = 16 warp + g (s[4k], s[4k + 1]) and qrow[0] + 8

@@ -1,0 +1,179 @@
+// The batch layout: how the CTAs of a batch (p.base_splits < p.num_splits: the plan gives the
+// workspace kBatchSlotsFactor slots per grid split, split_plan.h) share its requests' KV.
+// Every CTA reads the batch's lengths from device memory and makes the same plan, so a captured
+// CUDA graph serves any lengths. The plan's chunk C (KV positions: whole tiles, at least the
+// path's fewest) is the smallest with which request r, cut into
+// request_pieces(L_r) = min(slots, ceil(L_r / C)) pieces (at least 1), leaves the batch at most
+// G = bs x grid_splits pieces, one per CTA of a row block; CTA (y, z) of the grid takes piece
+// number y x grid_splits + z in request order, and none past the last. With equal lengths that
+// is the grid's own layout (C = ceil(L / grid_splits), piece z of request y); with unequal ones
+// a long request is cut into up to `slots` pieces and a short one into fewer than grid_splits,
+// so every SM's share of the batch's positions comes out near the mean instead of waiting on
+// the longest request. A request's slots past its pieces are marked as having seen nothing by
+// the CTA with its last piece (mark_slots_empty()), since the combine reads every slot.
+//
+// Both functions are out of line, in 32-bit arithmetic, with the call's sizes by value: the
+// one-request calls never run them, and inlined code, fetched from DRAM after a read flush,
+// made those calls slower on the H200 (experiments/32-batch-layout.diff: 1,500 instructions
+// inlined, up to 13.5 %); a reference to the kernel's parameters would copy them to local
+// memory.
+#pragma once
+#include <cstdint>
+
+#include "../split_plan.h"
+#include "../verify_params.h"
+#include "row_result.cuh"
+
+namespace kdtree {
+
+// Request b's length (prefix + draft tokens) as the plan counts it: the prefix clamped to
+// [0, min(kv_indices_len, 2^30)] and the draft tokens to [0, n_max]. The CTAs cut each request's
+// own clamped extent (request_extent()) into its pieces, so any length the plan counts covers it.
+__device__ __forceinline__ uint32_t planned_length(const void* qo_indptr, const void* kv_indptr, int64_t qo_is_64,
+                                                   int64_t kv_is_64, int64_t n_max, int64_t kv_indices_len,
+                                                   int64_t b) {
+  const auto entry = [](const void* ptr, int64_t is_64, int64_t i) -> int64_t {
+    return is_64 ? static_cast<const int64_t*>(ptr)[i] : static_cast<const int32_t*>(ptr)[i];
+  };
+  int64_t prefix = entry(kv_indptr, kv_is_64, b + 1) - entry(kv_indptr, kv_is_64, b);
+  int64_t drafts = entry(qo_indptr, qo_is_64, b + 1) - entry(qo_indptr, qo_is_64, b);
+  const int64_t most = kv_indices_len < (int64_t{1} << 30) ? kv_indices_len : int64_t{1} << 30;
+  prefix = prefix < 0 ? 0 : prefix > most ? most : prefix;
+  drafts = drafts < 0 ? 0 : drafts > n_max ? n_max : drafts;
+  return static_cast<uint32_t>(prefix + drafts);
+}
+
+__device__ __forceinline__ uint32_t request_pieces(uint32_t length, uint32_t chunk, uint32_t slots) {
+  const uint32_t pieces = length == 0 ? 1u : (length - 1) / chunk + 1;
+  return pieces < slots ? pieces : slots;
+}
+
+__device__ __forceinline__ uint32_t warp_sum(uint32_t v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Whether the batch's lengths (planned_length()) are uneven enough for the batch layout: its
+// longest request is over 5/4 of the mean length. Otherwise the call keeps the grid's own
+// layout (each request in its grid splits), which costs no plan. All 32 lanes of the calling
+// warp must call; the main kernels and the combine decide alike.
+__device__ __forceinline__ bool lengths_uneven(const void* qo_indptr, const void* kv_indptr, int64_t qo_is_64,
+                                               int64_t kv_is_64, int64_t bs64, int64_t n_max, int64_t kv_indices_len) {
+  const uint32_t bs = static_cast<uint32_t>(bs64);
+  uint64_t total = 0;
+  uint32_t longest = 0;
+  for (uint32_t b = threadIdx.x % 32; b < bs; b += 32) {
+    const uint32_t l = planned_length(qo_indptr, kv_indptr, qo_is_64, kv_is_64, n_max, kv_indices_len, b);
+    total += l;
+    longest = longest > l ? longest : l;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    total += __shfl_xor_sync(0xffffffffu, total, off);
+    longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, off));
+  }
+  return 4ull * longest * bs > 5ull * total;
+}
+
+// This CTA's place in the batch layout for `slots` workspace slots and `grid_splits` grid
+// splits per request, chunks of whole `tile`s of at least `min_chunk` positions:
+// request << 16 | piece << 8 | the request's pieces (below 256: kMaxSplitsTiled), or -1 when
+// the plan leaves this CTA no piece. Called by every thread of the CTA (all 32 lanes of each
+// warp); every warp computes the same plan.
+__device__ __noinline__ int32_t batch_layout_place(const void* qo_indptr, const void* kv_indptr, int64_t qo_is_64,
+                                                   int64_t kv_is_64, int64_t bs64, int64_t n_max,
+                                                   int64_t kv_indices_len, int64_t slots64, int64_t grid_splits64,
+                                                   int64_t tile64, int64_t min_chunk64) {
+  static_assert(kMaxSplitsTiled < 256, "pieces and slots fit 8 bits");
+  const uint32_t bs = static_cast<uint32_t>(bs64), slots = static_cast<uint32_t>(slots64);
+  const uint32_t grid_splits = static_cast<uint32_t>(grid_splits64), tile = static_cast<uint32_t>(tile64);
+  const uint32_t min_chunk = static_cast<uint32_t>(min_chunk64);
+  const uint32_t lane = threadIdx.x % 32;
+  const auto length = [&](uint32_t b) {
+    return planned_length(qo_indptr, kv_indptr, qo_is_64, kv_is_64, n_max, kv_indices_len, b);
+  };
+  // the batch's total (64-bit: up to bs x 2^30) and longest length
+  uint64_t total = 0;
+  uint32_t longest = 0;
+#pragma unroll 1
+  for (uint32_t b = lane; b < bs; b += 32) {
+    const uint32_t l = length(b);
+    total += l;
+    longest = longest > l ? longest : l;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    total += __shfl_xor_sync(0xffffffffu, total, off);
+    longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, off));
+  }
+  const uint32_t grid = bs * grid_splits;
+  const auto whole_tiles = [&](uint64_t positions) {
+    const uint64_t p = positions < min_chunk ? min_chunk : positions;
+    return static_cast<uint32_t>((p + tile - 1) / tile * tile);
+  };
+  const auto pieces_at = [&](uint32_t chunk) {
+    uint32_t sum = 0;
+#pragma unroll 1
+    for (uint32_t b = lane; b < bs; b += 32) sum += request_pieces(length(b), chunk, slots);
+    return warp_sum(sum);
+  };
+  // bisection between a chunk that always fits (each request in at most grid_splits pieces) and
+  // the least that could (the mean share of a CTA); none when the lengths are equal
+  uint32_t fits = whole_tiles((longest + grid_splits - 1) / grid_splits);
+  uint32_t too_small = whole_tiles((total + grid - 1) / grid);
+  if (too_small < fits) {
+    if (pieces_at(too_small) <= grid) {
+      fits = too_small;
+    } else {
+#pragma unroll 1
+      while (fits - too_small > tile) {  // too_small gives more pieces than the grid has CTAs, fits does not
+        const uint32_t mid = too_small + (fits - too_small) / (2 * tile) * tile;
+        if (pieces_at(mid) <= grid) fits = mid; else too_small = mid;
+      }
+    }
+  }
+  const uint32_t chunk = fits;
+  // the request whose pieces hold this CTA's piece number: an inclusive scan over groups of 32
+  const uint32_t piece = blockIdx.y * grid_splits + blockIdx.z;
+  uint32_t before = 0;  // pieces of the requests ahead of this group of 32
+#pragma unroll 1
+  for (uint32_t b0 = 0; b0 < bs; b0 += 32) {
+    const uint32_t mine = b0 + lane < bs ? request_pieces(length(b0 + lane), chunk, slots) : 0u;
+    uint32_t upto = mine;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const uint32_t other = __shfl_up_sync(0xffffffffu, upto, off);
+      if (lane >= static_cast<uint32_t>(off)) upto += other;
+    }
+    const unsigned past = __ballot_sync(0xffffffffu, before + upto > piece);
+    if (past) {
+      const int owner = __ffs(past) - 1;
+      const uint32_t first = before + __shfl_sync(0xffffffffu, upto - mine, owner);
+      const uint32_t pieces = __shfl_sync(0xffffffffu, mine, owner);
+      return static_cast<int32_t>((b0 + owner) << 16 | (piece - first) << 8 | pieces);
+    }
+    before += __shfl_sync(0xffffffffu, upto, 31);
+  }
+  return -1;
+}
+
+// Marks rows [row0, row_end) of the request whose tokens start at `qo_start` as having seen
+// nothing in workspace slots [from, slots): (m, l) = (-inf, 0), which the combine weighs 0.
+// `ws_ml`: the workspace's (m, l) pairs, [slots, tokens, heads, 2]. Any thread count.
+__device__ __noinline__ void mark_slots_empty(float* ws_ml, int64_t tokens, int64_t heads, int64_t slots,
+                                              int64_t qo_start, int64_t row0, int64_t row_end, int64_t from) {
+#pragma unroll 1
+  for (int64_t row = row0 + threadIdx.x; row < row_end; row += blockDim.x) {
+    int64_t tok, head;
+    row_token_head(row, heads, &tok, &head);
+#pragma unroll 1
+    for (int64_t d = from; d < slots; ++d) {
+      const int64_t flat = (d * tokens + qo_start + tok) * heads + head;
+      ws_ml[flat * 2] = -INFINITY;
+      ws_ml[flat * 2 + 1] = 0.f;
+    }
+  }
+}
+
+}  // namespace kdtree
