@@ -34,6 +34,10 @@ class ServerError(RuntimeError):
     """The server refused, failed, answered garbage or did not answer in time."""
 
 
+class ConnectionRefused(ServerError):
+    """Nothing accepted the connection: no server listens there, or it has died."""
+
+
 @dataclass(frozen=True)
 class TokenStep:
     """One generated token: its id (None where the API gives only text), text, logprob,
@@ -107,7 +111,9 @@ class LiveClient:
         except requests.Timeout:
             raise ServerError(f"{method} {path}: no answer within {timeout_s or self.timeout_s:g}s") from None
         except requests.ConnectionError as exc:
-            raise ServerError(f"{method} {path}: {_connection_problem(exc)} ({self.base_url})") from None
+            problem = _connection_problem(exc)
+            error = ConnectionRefused if problem == "connection refused" else ServerError
+            raise error(f"{method} {path}: {problem} ({self.base_url})") from None
         except requests.RequestException as exc:
             raise ServerError(f"{method} {path}: {type(exc).__name__}") from None
         if response.status_code >= 400:

@@ -1,13 +1,15 @@
 """kdgate.live_burst: a burst returns every generation by prompt id, and when requests
-fail it raises the failure that happened first in time, whatever the prompt order (the
-live layer's fault test against a server that drops one request and dies relied on it)."""
+fail it raises the failure that happened first in time, whatever the prompt order, and a
+refused connection only when every failure is one (the live layer's fault test against a
+server that drops one request and dies relies on both: the refusals that follow its death can
+reach their clients before the drop reaches its own)."""
 
 import threading
 
 import pytest
 
 from kdgate.live_burst import send_burst
-from kdgate.live_client import ServerError
+from kdgate.live_client import ConnectionRefused, ServerError
 from kdgate.live_prompts import LivePrompt
 
 
@@ -48,3 +50,24 @@ def test_the_earliest_failure_is_raised_not_the_first_prompts():
     }
     with pytest.raises(ServerError, match="connection dropped by the server"):
         send_burst(ScriptedClient(script), prompts("first prompt", "second prompt"))
+
+
+def test_a_drop_outranks_refusals_that_came_first():
+    refused_done, dropped_done = threading.Event(), threading.Event()
+    script = {
+        "refused": (ConnectionRefused("POST /v1/completions: connection refused"), None, refused_done),
+        "dropped": (ServerError("POST /v1/completions: connection dropped by the server"), refused_done,
+                    dropped_done),
+    }
+    with pytest.raises(ServerError, match="connection dropped by the server"):
+        send_burst(ScriptedClient(script), prompts("refused", "dropped"))
+
+
+def test_only_refusals_raise_the_earliest_refusal():
+    first_done, second_done = threading.Event(), threading.Event()
+    script = {
+        "later": (ConnectionRefused("POST /v1/completions: connection refused (later)"), first_done, second_done),
+        "first": (ConnectionRefused("POST /v1/completions: connection refused (first)"), None, first_done),
+    }
+    with pytest.raises(ConnectionRefused, match=r"\(first\)"):
+        send_burst(ScriptedClient(script), prompts("later", "first"))
