@@ -27,6 +27,8 @@ def lib(tmp_path_factory):
     library.kdtree_path_smem.restype = ctypes.c_int64
     library.kdtree_combine_shape.argtypes = [ctypes.c_int64] * 3 + [ctypes.POINTER(ctypes.c_int64)]
     library.kdtree_combine_shape.restype = ctypes.c_int
+    library.kdtree_grid_balances.argtypes = [ctypes.c_int64] * 4
+    library.kdtree_grid_balances.restype = ctypes.c_int
     return library
 
 
@@ -166,3 +168,22 @@ def test_the_row_kernel_takes_few_splits_of_many_rows(lib):
 @pytest.mark.parametrize("rows,splits,sms", [(0, 4, 132), (64, 1, 132), (64, 193, 132), (64, 4, 0)])
 def test_combine_shape_refuses_bad_sizes(lib, rows, splits, sms):
     assert combine_shape(lib, rows, splits, sms)[0] == 2
+
+
+@pytest.mark.parametrize("path, n, heads, bs, balances", [
+    (5, 32, 8, 2, True),     # 256 rows: the seesaw kernel at any batch size
+    (5, 16, 8, 32, True),    # 128 rows from bs 32: the seesaw kernel
+    (5, 16, 8, 4, False),    # 128 rows below bs 32: the rows kernel, the batch layout
+    (5, 8, 8, 32, False),    # 64 rows: the rows kernel
+    (4, 4, 8, 8, False),     # 32 rows: the transposed kernel
+    (2, 32, 8, 8, False),    # tiled
+])
+def test_only_the_seesaw_kernel_balances_its_grid(lib, path, n, heads, bs, balances):
+    assert bool(lib.kdtree_grid_balances(path, n, heads, bs)) == balances
+
+
+def test_a_seesaw_batch_gets_the_balanced_grid_only_up_to_4_splits(lib):
+    # bs 32 x 128 rows: 2 grid splits, a balanced grid of 4; bs 2 x 256 rows: 16 splits, none
+    assert plan(lib, 32, 8, 16)[1][1::2] == (4, 2)
+    code, (_, slots, _, grid_splits) = plan(lib, 2, 8, 32)
+    assert code == 0 and grid_splits > 4 and slots == grid_splits

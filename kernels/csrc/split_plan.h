@@ -121,8 +121,8 @@ constexpr int64_t kBatchSlotsFactor = 2;
 // most the grid's) when the longest request is over 1.25 x the mean. `total` and `longest`: the
 // sum and maximum of the batch's lengths. Measured on the H200 (same-run A/B): bs 32 at ctx 16k
 // mixed (base 2 and 4) 1.15-1.19x faster, bs 32 equal lengths 0.995-0.998x. The seesaw kernel
-// keeps it because the batch layout's code made it 2-3 % slower per tile at bs 32-128 and
-// 1 us slower per call at bs 1 (Session 28).
+// keeps it because with the batch layout's code its calls ran 1.1-4.7 % slower at bs 32-128
+// and 1.0-1.2 us slower at bs 1 (256+ rows; same-run A/B, Session 28).
 constexpr int64_t kBalanceFactor = 2;
 constexpr int64_t kBalanceMaxBase = 4;
 __host__ __device__ inline int64_t request_splits(int64_t length, int64_t total, int64_t longest, int64_t bs,

@@ -140,6 +140,12 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
   return 0;
 }
 
+// Whether a call of KernelPath `path` and these sizes balances a batch in its grid (the seesaw
+// kernel) rather than in the batch layout (split_plan.h): 1 or 0.
+int kdtree_grid_balances(int64_t path, int64_t n_max, int64_t heads, int64_t bs) {
+  return kdtree::grid_balances(path, n_max, heads, bs) ? 1 : 0;
+}
+
 // The combine's launch for `rows` query rows (T x H) and `num_splits` grid splits per request
 // (the plan's base_splits; a batch's combine merges up to kBatchSlotsFactor times as many
 // workspace slots with the same warps) on `num_sms` SMs: writes {warps per query row (1: the row kernel), CTAs, CTAs per SM it is built for} to
@@ -161,7 +167,9 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
   const VerifyParams& p = *params;
   if (p.n_max < 1 || p.n_max > kdtree::kMaxDraft || p.heads < 1 || p.heads > kdtree::kMaxHeads ||
       p.base_splits < 1 || p.base_splits > p.num_splits || p.num_splits > kdtree::kMaxSplitsTiled ||
-      p.num_splits > kdtree::kBatchSlotsFactor * p.base_splits || (p.bs == 1 && p.num_splits != p.base_splits))
+      (p.bs == 1 && p.num_splits != p.base_splits) ||
+      p.num_splits > (kdtree::grid_balances(p.path, p.n_max, p.heads, p.bs) ? kdtree::kBalanceFactor
+                                                                            : kdtree::kBatchSlotsFactor) * p.base_splits)
     return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   cudaError_t e = cudaSuccess;

@@ -67,6 +67,8 @@ def _library(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib.kdtree_combine_shape.restype = ctypes.c_int
     lib.kdtree_path_smem.argtypes = [ctypes.c_int64]
     lib.kdtree_path_smem.restype = ctypes.c_int64
+    lib.kdtree_grid_balances.argtypes = [ctypes.c_int64] * 4
+    lib.kdtree_grid_balances.restype = ctypes.c_int
     lib.kdtree_error_string.argtypes = [ctypes.c_int]
     lib.kdtree_error_string.restype = ctypes.c_char_p
     return lib
@@ -280,6 +282,13 @@ def combine_shape(rows: int, num_splits: int, device: torch.device, lib=None) ->
         raise ValueError(f"combine_shape: rows must be >= 1 and num_splits at least 2 and at most the "
                          f"plans' maximum, got rows={rows}, num_splits={num_splits}")
     return out[0], out[1], out[2]
+
+
+def grid_balances(path: int, n_max: int, heads: int, bs: int, lib=None) -> bool:
+    """Whether a call of kernel path ``path`` (a plan's) and these sizes balances a batch in
+    its grid (the seesaw kernel) rather than in the batch layout (split_plan.h)."""
+    lib = lib or _library()
+    return bool(lib.kdtree_grid_balances(path, n_max, heads, bs))
 
 
 def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tuple[int, int, int, int]:

@@ -38,13 +38,23 @@ IDS = [f"n{s.n}-h{s.heads}-bs{len(s.ctx)}" for _, s in PAIRS]
 
 def _batch_layout_or_skip(case: VerifyCase, device) -> None:
     """Skip, saying why, unless this device's plan gives ``case`` the batch layout: more
-    workspace slots per request than grid splits (kernels/csrc/verify_api.cu, kdtree_plan)."""
-    from kdtree.verify_op import PATH_NAMES, plan
+    workspace slots per request than grid splits (kernels/csrc/verify_api.cu, kdtree_plan), on
+    a kernel that does not balance its grid instead (split_plan.h, grid_balances)."""
+    from kdtree.verify_op import PATH_NAMES, grid_balances, plan
 
     slots, _, path, grid_splits = plan(len(case.ctx), case.heads, case.n, device)
     if slots <= grid_splits:
         pytest.skip(f"not run: this device plans {PATH_NAMES[path]} with {grid_splits} splits and "
                     f"{slots} slots per request for {case.id}: no batch layout")
+    if grid_balances(path, case.n, case.heads, len(case.ctx)):
+        pytest.skip(f"not run: {case.id} runs the seesaw kernel, which balances its grid: no batch layout")
+
+
+def _second_call_of(candidate, first: VerifyCase, second: VerifyCase, device):
+    """The outcome of ``second`` run right after ``first`` (which leaves its partial states in
+    the shared workspace)."""
+    run_case(candidate, build_inputs(first, device), compare_baseline=False)
+    return run_case(candidate, build_inputs(second, device), compare_baseline=False)
 
 
 @pytest.mark.parametrize("first,second", PAIRS, ids=IDS)
@@ -63,9 +73,7 @@ def test_batch_after_a_batch_of_other_lengths_holds_parity(candidate, cuda_devic
 @pytest.mark.parametrize("first,second", PAIRS, ids=IDS)
 def test_unmarked_batch_layout_fails_parity(cuda_device, first, second):
     _batch_layout_or_skip(second, cuda_device)
-    broken = resolve("kdgate.broken_kernels:batch_layout_unmarked")
-    run_case(broken, build_inputs(first, cuda_device), compare_baseline=False)
-    outcome = run_case(broken, build_inputs(second, cuda_device), compare_baseline=False)
+    outcome = _second_call_of(resolve("kdgate.broken_kernels:batch_layout_unmarked"), first, second, cuda_device)
     assert not outcome.report.passed, f"batch_layout_unmarked passed parity on {second.id}:\n{outcome.report.summary()}"
 
 
@@ -100,7 +108,5 @@ def test_merging_every_slot_after_an_uneven_batch_fails_parity(cuda_device, firs
     """Negative control: built with KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL the combine ignores the
     main kernel's layout flag and merges the uneven batch's leftover slots."""
     _batch_layout_or_skip(second, cuda_device)
-    broken = resolve("kdgate.broken_kernels:grid_layout_merges_all")
-    run_case(broken, build_inputs(first, cuda_device), compare_baseline=False)
-    outcome = run_case(broken, build_inputs(second, cuda_device), compare_baseline=False)
+    outcome = _second_call_of(resolve("kdgate.broken_kernels:grid_layout_merges_all"), first, second, cuda_device)
     assert not outcome.report.passed, f"grid_layout_merges_all passed parity on {second.id}:\n{outcome.report.summary()}"

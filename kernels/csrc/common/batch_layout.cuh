@@ -22,6 +22,7 @@
 
 #include "../split_plan.h"
 #include "../verify_params.h"
+#include "load_index.cuh"
 #include "row_result.cuh"
 
 namespace kdtree {
@@ -32,11 +33,8 @@ namespace kdtree {
 __device__ __forceinline__ uint32_t planned_length(const void* qo_indptr, const void* kv_indptr, int64_t qo_is_64,
                                                    int64_t kv_is_64, int64_t n_max, int64_t kv_indices_len,
                                                    int64_t b) {
-  const auto entry = [](const void* ptr, int64_t is_64, int64_t i) -> int64_t {
-    return is_64 ? static_cast<const int64_t*>(ptr)[i] : static_cast<const int32_t*>(ptr)[i];
-  };
-  int64_t prefix = entry(kv_indptr, kv_is_64, b + 1) - entry(kv_indptr, kv_is_64, b);
-  int64_t drafts = entry(qo_indptr, qo_is_64, b + 1) - entry(qo_indptr, qo_is_64, b);
+  int64_t prefix = load_index(kv_indptr, kv_is_64, b + 1) - load_index(kv_indptr, kv_is_64, b);
+  int64_t drafts = load_index(qo_indptr, qo_is_64, b + 1) - load_index(qo_indptr, qo_is_64, b);
   const int64_t most = kv_indices_len < (int64_t{1} << 30) ? kv_indices_len : int64_t{1} << 30;
   prefix = prefix < 0 ? 0 : prefix > most ? most : prefix;
   drafts = drafts < 0 ? 0 : drafts > n_max ? n_max : drafts;
@@ -169,7 +167,7 @@ __device__ __noinline__ void mark_slots_empty(float* ws_ml, int64_t tokens, int6
     row_token_head(row, heads, &tok, &head);
 #pragma unroll 1
     for (int64_t d = from; d < slots; ++d) {
-      const int64_t flat = (d * tokens + qo_start + tok) * heads + head;
+      const int64_t flat = partial_row(d, tokens, heads, qo_start + tok, head);
       ws_ml[flat * 2] = -INFINITY;
       ws_ml[flat * 2 + 1] = 0.f;
     }

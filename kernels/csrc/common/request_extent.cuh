@@ -6,13 +6,10 @@
 #include "../split_plan.h"
 #include "../verify_params.h"
 #include "batch_layout.cuh"
+#include "load_index.cuh"
 #include "row_result.cuh"
 
 namespace kdtree {
-
-__device__ __forceinline__ int64_t load_index(const void* p, int64_t is_64, int64_t i) {
-  return is_64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
-}
 
 __device__ __forceinline__ void flag_error(const VerifyParams& p, int bit) {
   if (p.debug_checks) atomicOr(p.error_flag, bit);

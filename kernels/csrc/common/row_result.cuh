@@ -25,6 +25,13 @@ __device__ __forceinline__ float natural_lse(float m, float l) {
   return l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
 }
 
+// Where row (token `tok`, head `head`) of workspace slot `split` is in the partial states:
+// ws_acc rows of kValueDim floats and ws_ml pairs, [slots, tokens, heads].
+__device__ __forceinline__ int64_t partial_row(int64_t split, int64_t tokens, int64_t heads, int64_t tok,
+                                               int64_t head) {
+  return (split * tokens + tok) * heads + head;
+}
+
 // Row (token `tok` of q, head `head`) of split `split`, with running max `m` (log2 units) and
 // sum `l`. store_output(bf16* row, float inv_l) writes this thread's columns of the output
 // row scaled by 1 / l; store_partial(float* row) its unscaled columns of the partial row.
@@ -38,7 +45,7 @@ __device__ __forceinline__ void write_row_result(const VerifyParams& p, int64_t 
     if (p.lse && writes_scalars)
       p.lse[tok * p.lse_stride_t + head] = natural_lse(m, l);
   } else {
-    const int64_t flat = (split * p.total_tokens + tok) * p.heads + head;
+    const int64_t flat = partial_row(split, p.total_tokens, p.heads, tok, head);
     if (m != -INFINITY) store_partial(p.ws_acc + flat * kValueDim);
     if (writes_scalars) {
       p.ws_ml[flat * 2] = m;
