@@ -5,7 +5,8 @@ The shipped kernel against builds of the same sources with preprocessor switches
 replays taking turns after the 512 MiB read flush (gpu_timing.time_interleaved), the
 median of ``--reps``; the 61-call layer loop per build; and each build's output against
 the shipped one's (largest absolute difference; 0 when a switch changes only launches).
-The kernel ships three switches, so what each design choice buys can be re-measured:
+Three of the kernel's switches are the default builds, so what each design choice buys can
+be re-measured:
 
 * ``KDTREE_SERIAL_LAUNCH``: ordinary launches instead of programmatic dependent ones.
 * ``KDTREE_NO_BALANCE``: batches keep the grid of equal lengths (no balancing splits).
@@ -17,7 +18,11 @@ build on a second set of inputs of the case's shape, so the call's instructions 
 workspace) are in L2 and its own inputs are not, as in a serving loop whose layers run the
 same kernels on their own data; without it the flush evicts the instructions too.
 
-``--against NAME=DEF[+DEF...]`` (repeatable; default the three switches, one build each).
+``--against NAME=DEF[+DEF...]`` (repeatable; default those three switches, one build each).
+``--against-tree NAME=DIR`` (repeatable) adds a build of another source tree: an older
+checkout (or its ``kernels/csrc``), built as is and launched with the ``VerifyParams`` layout
+of its own ``verify_params.h``, so a change to the struct can be timed against the code before
+it. Either option alone replaces the default builds.
 Writes ``ab.json`` and ``ab.md`` into ``--out``, prints the table (per case, then by group:
 bs 1 by split count, and batches; context below or from 16k); × = the build's time ÷ the
 shipped build's (above 1: the shipped build is faster).
@@ -58,13 +63,30 @@ def parse_build(spec: str) -> tuple[str, tuple[str, ...]]:
     return name, parts
 
 
+def parse_tree_build(spec: str) -> tuple[str, Path]:
+    """``NAME=DIR`` -> (NAME, the tree's CUDA source directory). Raises ValueError naming
+    --against-tree."""
+    from kdtree.build import source_tree
+
+    name, sep, where = spec.partition("=")
+    if not sep or not _NAME.match(name) or name == SHIPPED or not where:
+        raise ValueError(f"--against-tree must be NAME=DIR with NAME of letters, digits, '.', '_', '-' "
+                         f"(not {SHIPPED!r}), got {spec!r}")
+    try:
+        return name, source_tree(where)
+    except FileNotFoundError as exc:
+        raise ValueError(f"--against-tree {name}: {exc}") from None
+
+
 def loop_case() -> PerfCase:
     return PerfCase(1, 1024, 8, 8, "tree")
 
 
 def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 30, loop_layers: int = 61,
-        progress=print, code_warm: bool = False) -> dict:
-    """Times every case with every build (the shipped one first); see the module docstring."""
+        progress=print, code_warm: bool = False, trees: dict[str, Path] | None = None) -> dict:
+    """Times every case with every build (the shipped one first); see the module docstring.
+    ``builds``: name -> defines over the shipped sources; ``trees``: name -> another source
+    tree (parse_tree_build()), built without defines."""
     import torch
 
     from kdgate.gpu_timing import L2Flush, capture, time_interleaved
@@ -75,12 +97,16 @@ def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 3
 
     if not torch.cuda.is_available():
         raise RuntimeError("not run: no CUDA GPU on this host (kdtree-gate ab times kernel builds on one)")
-    builds = {SHIPPED: (), **builds}
-    libs = {name: verify_op._library(defines) for name, defines in builds.items()}  # built before timing
+    trees = dict(trees or {})
+    clash = sorted(set(builds) & set(trees))
+    if clash:
+        raise ValueError(f"--against and --against-tree name the same build: {clash}")
+    builds = {SHIPPED: (), **builds, **{name: () for name in trees}}
+    libs = {name: verify_op._library(defines, trees.get(name)) for name, defines in builds.items()}  # built first
 
     def call(name, inputs, out):
         args, kwargs = inputs.call_args(out)
-        return lambda: verify_op.launch_build(builds[name], *args, **kwargs)
+        return lambda: verify_op.launch_build(builds[name], *args, tree=trees.get(name), **kwargs)
 
     flush = L2Flush("cuda")
     records = []
@@ -117,6 +143,7 @@ def run(cases: list[PerfCase], builds: dict[str, tuple[str, ...]], reps: int = 3
         loop = {"id": loop_case().id, "layers": loop_layers, "per_call_us": per_call}
         progress("layer loop: " + ", ".join(f"{n} {t:.2f} us" for n, t in per_call.items()))
     return {"builds": {name: list(d) for name, d in builds.items()}, "kernel_build": build_hash(),
+            "trees": {name: {"path": str(root), "kernel_build": build_hash((), root)} for name, root in trees.items()},
             "timing": "code-warm" if code_warm else "flushed",
             "environment": environment(), "cases": records, "layer_loop": loop}
 
@@ -161,8 +188,14 @@ def table(result: dict) -> str:
     and the largest difference of its output; the ratios' median and range, overall and by
     group (group_table()); the loop."""
     others = [name for name in result["builds"] if name != SHIPPED]
-    lines = [f"Shipped build {result['kernel_build']} against: " +
-             "; ".join(f"{n} (-D{' -D'.join(result['builds'][n])})" for n in others) +
+    trees = result.get("trees", {})
+
+    def build_words(n):
+        if n in trees:
+            return f"{n} (build {trees[n]['kernel_build']} of {trees[n]['path']})"
+        return f"{n} (-D{' -D'.join(result['builds'][n])})"
+
+    lines = [f"Shipped build {result['kernel_build']} against: " + "; ".join(build_words(n) for n in others) +
              f". × = build's time ÷ shipped build's (replays taking turns, {timing_words(result_timing(result))}).", "",
              "| case | splits (shipped) | shipped µs | " +
              " | ".join(f"{n} µs | × | max abs Δ" for n in others) + " |",
@@ -199,6 +232,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="kdtree-gate ab", description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", action="append", default=None, metavar="NAME=DEF[+DEF...]",
                         help=f"a build to compare (repeatable; default: {', '.join(DEFAULT_AGAINST)})")
+    parser.add_argument("--against-tree", action="append", default=None, metavar="NAME=DIR",
+                        help="a build of another source tree (a checkout or its kernels/csrc), launched with its "
+                             "own VerifyParams layout (repeatable)")
     parser.add_argument("--matrix", default="ci", choices=sorted(MATRICES), help="which cases (default ci)")
     parser.add_argument("--only", default="", help="comma-separated substrings: keep cases whose id contains one")
     parser.add_argument("--reps", type=int, default=30, help="timed replays per build and case (median)")
@@ -212,12 +248,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--reps must be >= 1, got {args.reps}")
     if args.loop_layers < 0:
         parser.error(f"--loop-layers must be >= 0, got {args.loop_layers}")
+    specs = args.against or ([] if args.against_tree else list(DEFAULT_AGAINST))
+    tree_specs = args.against_tree or []
     try:
-        args.builds = dict(parse_build(spec) for spec in (args.against or DEFAULT_AGAINST))
+        args.builds = dict(parse_build(spec) for spec in specs)
+        args.trees = dict(parse_tree_build(spec) for spec in tree_specs)
     except ValueError as exc:
         parser.error(str(exc))
-    if len(args.builds) != len(args.against or DEFAULT_AGAINST):
-        parser.error("--against: each NAME once")
+    if len(args.builds) + len(args.trees) != len(set(args.builds) | set(args.trees)) or \
+            len(args.builds) != len(specs) or len(args.trees) != len(tree_specs):
+        parser.error("--against, --against-tree: each NAME once")
     return args
 
 
@@ -228,7 +268,7 @@ def main(argv=None) -> int:
     try:
         cases = chosen_cases(args.matrix, args.only)
         result = run(cases, args.builds, args.reps, args.loop_layers, progress=lambda line: print(line, flush=True),
-                     code_warm=args.code_warm)
+                     code_warm=args.code_warm, trees=args.trees)
     except (ValueError, RuntimeError) as exc:
         print(str(exc), file=sys.stderr)
         return 2

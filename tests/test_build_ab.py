@@ -127,3 +127,41 @@ def test_a_build_is_launched_only_after_the_ops_argument_checks():
 
     with pytest.raises(ValueError, match="k_scale"):
         launch_build(("KDTREE_SERIAL_LAUNCH",), *([None] * 13), k_scale=2.0)
+
+
+def test_a_tree_build_is_a_named_source_tree(tmp_path):
+    from kdtree import build
+
+    name, root = build_ab.parse_tree_build(f"old={build.source_dir().parent.parent}")
+    assert (name, root) == ("old", build.source_dir().resolve())
+    args = build_ab.parse_args(["--against-tree", f"old={build.source_dir()}"])
+    assert args.builds == {} and args.trees == {"old": build.source_dir().resolve()}
+    args = build_ab.parse_args(["--against", "s=KDTREE_SERIAL_LAUNCH", "--against-tree", f"old={build.source_dir()}"])
+    assert set(args.builds) == {"s"} and set(args.trees) == {"old"}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("old", "NAME=DIR"), ("shipped=.", "NAME=DIR"), ("old=", "NAME=DIR"), ("old=/nonexistent/tree", "no kdtree CUDA sources"),
+])
+def test_a_bad_tree_build_is_refused_naming_the_option(spec, message):
+    with pytest.raises(ValueError, match=message) as refused:
+        build_ab.parse_tree_build(spec)
+    assert "--against-tree" in str(refused.value)
+
+
+def test_a_name_given_to_a_define_build_and_a_tree_is_refused(capsys):
+    from kdtree import build
+
+    with pytest.raises(SystemExit):
+        build_ab.parse_args(["--against", "old=X", "--against-tree", f"old={build.source_dir()}"])
+    assert "each NAME once" in capsys.readouterr().err
+
+
+def test_the_table_names_a_tree_build_by_its_path_and_build():
+    result = {**RESULT, "builds": {"shipped": [], "old": []},
+              "trees": {"old": {"path": "/tmp/head/kernels/csrc", "kernel_build": "8830e7dce51a"}}}
+    result["cases"] = [{**c, "us": {"shipped": c["us"]["shipped"], "old": c["us"]["serial"]},
+                        "max_abs_diff": {"old": 0.0}} for c in RESULT["cases"]]
+    result["layer_loop"] = None
+    text = build_ab.table(result)
+    assert "old (build 8830e7dce51a of /tmp/head/kernels/csrc)" in text

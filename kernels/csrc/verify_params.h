@@ -1,6 +1,6 @@
-// The one plain struct the host hands to the device (by value). Every member is 8 bytes
-// wide so the Python (ctypes) mirror in kernels/kdtree/verify_op.py has no padding to
-// get wrong. Keep the two in the same order.
+// The one plain struct the host hands to the device (by value). Every member is a pointer,
+// an int64_t or a double (8 bytes wide, no padding): the host's ctypes mirror is read from
+// this declaration (kernels/kdtree/params_mirror.py), so a member of another type is refused.
 #pragma once
 #include <cstdint>
 

@@ -23,6 +23,8 @@ from functools import lru_cache
 
 import torch
 
+from kdtree.params_mirror import fill_params
+
 HEAD_DIM = 576
 VALUE_DIM = 512
 MAX_HEADS = 128
@@ -39,27 +41,27 @@ _ERROR_BITS = {
 }
 
 
-class VerifyParams(ctypes.Structure):
-    """Mirror of kernels/csrc/verify_params.h (same order, every field 8 bytes)."""
+def _params_struct(root=None) -> type[ctypes.Structure]:
+    from kdtree.build import source_dir
+    from kdtree.params_mirror import params_struct
 
-    _fields_ = [(name, ctypes.c_void_p) for name in (
-        "q", "k_extend", "v_extend", "k_buffer", "o", "lse", "qo_indptr", "kv_indptr",
-        "kv_indices", "mask", "mask_indptr", "ws_acc", "ws_ml", "error_flag", "layout_flag")] + [
-        (name, ctypes.c_int64) for name in (
-            "q_stride_t", "q_stride_h", "ke_stride_t", "ve_stride_t", "kb_stride",
-            "o_stride_t", "o_stride_h", "lse_stride_t", "kv_buffer_rows", "kv_indices_len",
-            "mask_len", "qo_is_64", "kv_is_64", "bs", "heads", "n_max", "total_tokens",
-            "num_splits", "row_blocks", "base_splits", "debug_checks", "causal", "path")] + [("scale_log2", ctypes.c_double)]
+    return params_struct(root or source_dir())
+
+
+VerifyParams = _params_struct()  # the shipped sources' struct, read from verify_params.h
 
 
 @lru_cache(maxsize=None)
-def _library(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+def _library(defines: tuple[str, ...] = (), tree=None) -> ctypes.CDLL:
+    """The library built with ``defines`` from the shipped sources, or from ``tree`` (another
+    source tree, kdtree.build.source_tree()); ``lib.params_type`` is its own VerifyParams."""
     from kdtree.build import library_path
 
-    lib = ctypes.CDLL(str(library_path(defines)))
-    lib.kdtree_verify_launch.argtypes = [ctypes.POINTER(VerifyParams), ctypes.c_void_p]
+    lib = ctypes.CDLL(str(library_path(defines, tree)))
+    lib.params_type = _params_struct(tree)
+    lib.kdtree_verify_launch.argtypes = [ctypes.POINTER(lib.params_type), ctypes.c_void_p]
     lib.kdtree_verify_launch.restype = ctypes.c_int
-    lib.kdtree_verify_launch_part.argtypes = [ctypes.POINTER(VerifyParams), ctypes.c_void_p, ctypes.c_int]
+    lib.kdtree_verify_launch_part.argtypes = [ctypes.POINTER(lib.params_type), ctypes.c_void_p, ctypes.c_int]
     lib.kdtree_verify_launch_part.restype = ctypes.c_int
     lib.kdtree_plan.argtypes = [ctypes.c_int64] * 8 + [ctypes.POINTER(ctypes.c_int64)]
     lib.kdtree_plan.restype = ctypes.c_int
@@ -67,8 +69,9 @@ def _library(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib.kdtree_combine_shape.restype = ctypes.c_int
     lib.kdtree_path_smem.argtypes = [ctypes.c_int64]
     lib.kdtree_path_smem.restype = ctypes.c_int64
-    lib.kdtree_grid_balances.argtypes = [ctypes.c_int64] * 4
-    lib.kdtree_grid_balances.restype = ctypes.c_int
+    if hasattr(lib, "kdtree_grid_balances"):  # an older tree may not have it
+        lib.kdtree_grid_balances.argtypes = [ctypes.c_int64] * 4
+        lib.kdtree_grid_balances.restype = ctypes.c_int
     lib.kdtree_error_string.argtypes = [ctypes.c_int]
     lib.kdtree_error_string.restype = ctypes.c_char_p
     return lib
@@ -328,7 +331,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
     ws = _workspace(q.device, splits * rows * VALUE_DIM if splits > 1 else 0, splits * rows * 2)
     if debug_checks:
         ws["error"].zero_()
-    p = VerifyParams(
+    p = fill_params(lib.params_type, dict(
         q=_ptr(q), k_extend=_ptr(k_extend), v_extend=_ptr(v_extend), k_buffer=_ptr(k_buffer),
         o=_ptr(o), lse=_ptr(lse), qo_indptr=_ptr(qo_indptr), kv_indptr=_ptr(kv_indptr),
         kv_indices=_ptr(kv_indices), mask=_ptr(custom_mask), mask_indptr=_ptr(mask_indptr),
@@ -345,7 +348,7 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
         row_blocks=row_blocks, base_splits=base_splits, debug_checks=int(bool(debug_checks)), causal=int(bool(is_causal)),
         path=path,
         scale_log2=float(sm_scale) * LOG2E,
-    )
+    ))
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
         code = lib.kdtree_verify_launch_part(ctypes.byref(p), ctypes.c_void_p(stream), part)
@@ -445,11 +448,13 @@ def launch_part(part: str, *args, **kwargs) -> tuple[int, str]:
     return _checked_launch(op_args[:13] + (False,) + op_args[14:], _library(), LAUNCH_PARTS[part])
 
 
-def launch_build(defines: tuple[str, ...], *args, **kwargs) -> tuple[int, str]:
+def launch_build(defines: tuple[str, ...], *args, tree=None, **kwargs) -> tuple[int, str]:
     """One whole call in SGLang's form, launched with the library built with ``defines``
     (``-D`` switches: the A/B builds of ``kdtree-gate ab``, the broken kernels of the
-    negative controls), bypassing the torch op. Returns (KV splits, kernel path name)."""
-    return _checked_launch(op_arguments(*args, **kwargs), _library(tuple(defines)), 0)
+    negative controls), from the shipped sources or from ``tree`` (another source tree, with
+    its own VerifyParams layout), bypassing the torch op. Returns (KV splits, kernel path
+    name)."""
+    return _checked_launch(op_arguments(*args, **kwargs), _library(tuple(defines), tree), 0)
 
 
 def _checked_launch(op_args: tuple, lib, part: int) -> tuple[int, str]:
