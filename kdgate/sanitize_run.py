@@ -35,6 +35,9 @@ CASES = (
     VerifyCase(ctx=(16800,), n=8, heads=8, seed=97),          # one split per SM (132 on the H200), each with KV
     VerifyCase(ctx=(2000,), n=8, heads=8, seed=99),           # 64 rows, short: 4 blocks of 16 x 33 splits
                                                               # positions: the combine's third batch of loads
+    VerifyCase(ctx=(3000, 200, 900), n=2, heads=8, seed=100),  # 16 rows, uneven batch: the batch layout's
+                                                               # build of the 16-row kernel
+    VerifyCase(ctx=(5000, 700), n=4, heads=8, seed=101),      # 32 rows, uneven batch: the same for 32 rows
 )
 
 

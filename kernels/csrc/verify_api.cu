@@ -180,6 +180,7 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
     namespace ws = kdtree::wgmma_seesaw;
     using W16 = wg::Shape<16, 2, 1>;
     using W32 = wg::Shape<16, 2, 2>;
+    const bool batch = kdtree::has_batch_layout(p);
     switch (p.path) {
       case kdtree::kPathPortable:
         e = launch_main<kdtree::verify_mma_kernel, kdtree::kThreads, kdtree::kSmemBytes>(p, stream);
@@ -190,16 +191,20 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
       case kdtree::kPathTiled64:
         e = launch_main<tl::verify_tiled_kernel<64>, tl::kThreads, tl::Tile<64>::kSmemBytes>(p, stream);
         break;
+      // the wgmma kernels built with the batch layout only for calls that may take it (cta_place())
       case kdtree::kPathWgmma16:
-        e = launch_main<wg::verify_wgmma_kernel<16, 2, 1>, W16::kThreads, W16::kSmemBytes>(p, stream);
+        e = batch ? launch_main<wg::verify_wgmma_kernel<16, 2, 1, true>, W16::kThreads, W16::kSmemBytes>(p, stream)
+                  : launch_main<wg::verify_wgmma_kernel<16, 2, 1, false>, W16::kThreads, W16::kSmemBytes>(p, stream);
         break;
       case kdtree::kPathWgmma32:
-        e = launch_main<wg::verify_wgmma_kernel<16, 2, 2>, W32::kThreads, W32::kSmemBytes>(p, stream);
+        e = batch ? launch_main<wg::verify_wgmma_kernel<16, 2, 2, true>, W32::kThreads, W32::kSmemBytes>(p, stream)
+                  : launch_main<wg::verify_wgmma_kernel<16, 2, 2, false>, W32::kThreads, W32::kSmemBytes>(p, stream);
         break;
       case kdtree::kPathWgmma64:  // the seesaw kernel from its threshold (runs_seesaw: static sizes only)
         e = kdtree::runs_seesaw(p.n_max, p.heads, p.bs)
             ? launch_main<ws::verify_seesaw_kernel, ws::kThreads, ws::kSmemBytes>(p, stream)
-            : launch_main<wr::verify_rows_kernel, wr::kThreads, wr::kSmemBytes>(p, stream);
+            : batch ? launch_main<wr::verify_rows_kernel<true>, wr::kThreads, wr::kSmemBytes>(p, stream)
+                    : launch_main<wr::verify_rows_kernel<false>, wr::kThreads, wr::kSmemBytes>(p, stream);
         break;
       default: return static_cast<int>(cudaErrorInvalidValue);
     }

@@ -52,37 +52,52 @@ __device__ __forceinline__ uint32_t warp_sum(uint32_t v) {
   return v;
 }
 
-// Whether the batch's lengths (planned_length()) are uneven enough for the batch layout: its
-// longest request is over 5/4 of the mean length. Otherwise the call keeps the grid's own
-// layout (each request in its grid splits), which costs no plan. All 32 lanes of the calling
-// warp must call; the main kernels and the combine decide alike.
-__device__ __forceinline__ bool lengths_uneven(const void* qo_indptr, const void* kv_indptr, int64_t qo_is_64,
-                                               int64_t kv_is_64, int64_t bs64, int64_t n_max, int64_t kv_indices_len) {
-  const uint32_t bs = static_cast<uint32_t>(bs64);
-  uint64_t total = 0;
-  uint32_t longest = 0;
+// The batch's total (64-bit: up to bs x 2^30) and longest length (planned_length()).
+struct BatchLengths {
+  uint64_t total;
+  uint32_t longest;
+};
+
+// batch_lengths() over the call's indptrs, in every lane of the calling warp; all 32 lanes
+// must call. (Sums by redux.sync, which the compiler knows are warp-uniform, were tried: ptxas
+// then kept the rows kernel's loop values in vector registers and moved them to uniform ones
+// in every tile, 1,050 instructions per tile against 973, and its batches ran 4-7 % slower in
+// a same-run A/B on the H200, Session 29.)
+__device__ __forceinline__ BatchLengths batch_lengths(const VerifyParams& p) {
+  const uint32_t bs = static_cast<uint32_t>(p.bs);
+  BatchLengths sums = {0, 0};
   for (uint32_t b = threadIdx.x % 32; b < bs; b += 32) {
-    const uint32_t l = planned_length(qo_indptr, kv_indptr, qo_is_64, kv_is_64, n_max, kv_indices_len, b);
-    total += l;
-    longest = longest > l ? longest : l;
+    const uint32_t l = planned_length(p.qo_indptr, p.kv_indptr, p.qo_is_64, p.kv_is_64, p.n_max, p.kv_indices_len, b);
+    sums.total += l;
+    sums.longest = sums.longest > l ? sums.longest : l;
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
-    total += __shfl_xor_sync(0xffffffffu, total, off);
-    longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, off));
+    sums.total += __shfl_xor_sync(0xffffffffu, sums.total, off);
+    sums.longest = max(sums.longest, __shfl_xor_sync(0xffffffffu, sums.longest, off));
   }
-  return 4ull * longest * bs > 5ull * total;
+  return sums;
+}
+
+// Whether a batch of `bs` requests with these lengths is uneven enough for the batch layout:
+// its longest request is over 5/4 of the mean length. Otherwise the call keeps the grid's own
+// layout (each request in its grid splits), which costs no plan. The main kernels decide
+// alike, each from batch_lengths().
+__device__ __forceinline__ bool lengths_uneven(const BatchLengths& lengths, int64_t bs) {
+  return 4ull * lengths.longest * static_cast<uint64_t>(bs) > 5ull * lengths.total;
 }
 
 // This CTA's place in the batch layout for `slots` workspace slots and `grid_splits` grid
-// splits per request, chunks of whole `tile`s of at least `min_chunk` positions:
+// splits per request, chunks of whole `tile`s of at least `min_chunk` positions, given the
+// batch's `total` and `longest` length (batch_lengths()):
 // request << 16 | piece << 8 | the request's pieces (below 256: kMaxSplitsTiled), or -1 when
 // the plan leaves this CTA no piece. Called by every thread of the CTA (all 32 lanes of each
 // warp); every warp computes the same plan.
 __device__ __noinline__ int32_t batch_layout_place(const void* qo_indptr, const void* kv_indptr, int64_t qo_is_64,
                                                    int64_t kv_is_64, int64_t bs64, int64_t n_max,
-                                                   int64_t kv_indices_len, int64_t slots64, int64_t grid_splits64,
-                                                   int64_t tile64, int64_t min_chunk64) {
+                                                   int64_t kv_indices_len, uint64_t total, uint32_t longest,
+                                                   int64_t slots64, int64_t grid_splits64, int64_t tile64,
+                                                   int64_t min_chunk64) {
   static_assert(kMaxSplitsTiled < 256, "pieces and slots fit 8 bits");
   const uint32_t bs = static_cast<uint32_t>(bs64), slots = static_cast<uint32_t>(slots64);
   const uint32_t grid_splits = static_cast<uint32_t>(grid_splits64), tile = static_cast<uint32_t>(tile64);
@@ -91,20 +106,6 @@ __device__ __noinline__ int32_t batch_layout_place(const void* qo_indptr, const 
   const auto length = [&](uint32_t b) {
     return planned_length(qo_indptr, kv_indptr, qo_is_64, kv_is_64, n_max, kv_indices_len, b);
   };
-  // the batch's total (64-bit: up to bs x 2^30) and longest length
-  uint64_t total = 0;
-  uint32_t longest = 0;
-#pragma unroll 1
-  for (uint32_t b = lane; b < bs; b += 32) {
-    const uint32_t l = length(b);
-    total += l;
-    longest = longest > l ? longest : l;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    total += __shfl_xor_sync(0xffffffffu, total, off);
-    longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, off));
-  }
   const uint32_t grid = bs * grid_splits;
   const auto whole_tiles = [&](uint64_t positions) {
     const uint64_t p = positions < min_chunk ? min_chunk : positions;

@@ -76,7 +76,7 @@ __device__ __forceinline__ bool request_extent(const VerifyParams& p, int64_t b,
 // lengths are uneven (lengths_uneven()); a batch of near-equal lengths keeps the grid's own
 // layout, each request in its grid splits, and the combine merges only those slots
 // (merged_slot()).
-__device__ __forceinline__ bool has_batch_layout(const VerifyParams& p) {
+__host__ __device__ __forceinline__ bool has_batch_layout(const VerifyParams& p) {
   return p.base_splits < p.num_splits && !grid_balances(p.path, p.n_max, p.heads, p.bs);
 }
 
@@ -88,28 +88,6 @@ __device__ __forceinline__ bool merged_slot(const VerifyParams& p, int layout, i
   return slot < p.num_splits;
 #endif
   return slot < p.num_splits && (slot < p.base_splits || !has_batch_layout(p) || layout != 0);
-}
-
-// Sum and maximum of the batch's request lengths (prefix + draft tokens, clamped as in
-// request_extent()), in every lane of the calling warp; all 32 lanes must call.
-__device__ __forceinline__ void batch_lengths(const VerifyParams& p, int64_t* total, int64_t* longest) {
-  int64_t sum = 0, most = 0;
-  for (int64_t b = threadIdx.x % 32; b < p.bs; b += 32) {
-    int64_t prefix = load_index(p.kv_indptr, p.kv_is_64, b + 1) - load_index(p.kv_indptr, p.kv_is_64, b);
-    int64_t drafts = load_index(p.qo_indptr, p.qo_is_64, b + 1) - load_index(p.qo_indptr, p.qo_is_64, b);
-    prefix = prefix < 0 ? 0 : prefix;
-    drafts = drafts < 0 ? 0 : drafts > p.n_max ? p.n_max : drafts;
-    sum += prefix + drafts;
-    most = most > prefix + drafts ? most : prefix + drafts;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    const int64_t other = __shfl_xor_sync(0xffffffffu, most, off);
-    most = most > other ? most : other;
-  }
-  *total = sum;
-  *longest = most;
 }
 
 // A CTA's place in its call's layout: row block, request, split (the workspace slot it writes)
@@ -130,10 +108,11 @@ __device__ __forceinline__ CtaCoord grid_coord(const VerifyParams& p) {
 // The CTA's place in the batch layout, for chunks of whole `tile`s of at least `min_chunk`
 // positions; false when the plan leaves this CTA no piece. Call from every thread, only in a
 // call that takes the batch layout (cta_place()).
-__device__ __forceinline__ bool enter_batch_layout(const VerifyParams& p, int64_t tile, int64_t min_chunk,
-                                                   CtaCoord* c) {
+__device__ __forceinline__ bool enter_batch_layout(const VerifyParams& p, const BatchLengths& lengths, int64_t tile,
+                                                   int64_t min_chunk, CtaCoord* c) {
   const int32_t place = batch_layout_place(p.qo_indptr, p.kv_indptr, p.qo_is_64, p.kv_is_64, p.bs, p.n_max,
-                                           p.kv_indices_len, p.num_splits, p.base_splits, tile, min_chunk);
+                                           p.kv_indices_len, lengths.total, lengths.longest, p.num_splits,
+                                           p.base_splits, tile, min_chunk);
   if (place < 0) return false;
   *c = {c->row_block, place >> 16, (place >> 8) & 0xff, place & 0xff, true};
   return true;
@@ -159,16 +138,27 @@ __device__ __forceinline__ bool cta_extent(const VerifyParams& p, const CtaCoord
 // the first CTA records in p.layout_flag for the combine. The grid request's extent is read
 // before the layout is decided, so both reads are in flight together when the grid's stays.
 // False when the batch layout leaves the CTA no piece, or as cta_extent(). Called by every
-// thread of the CTA.
+// thread of the CTA. `kBatchLayout`: the kernel is built with the batch layout; the launch
+// takes that build only for calls that may use it (has_batch_layout()): the plan's code alone
+// made one-request calls, which never run it, up to 2 % slower and the 61-call layer loop
+// 0.34 us per call slower (same-run A/B on the H200, Session 29). A build without it keeps the
+// grid's own layout in any call and records that for the combine.
+template <bool kBatchLayout>
 __device__ __forceinline__ bool cta_place(const VerifyParams& p, int64_t tile, int64_t min_chunk, CtaCoord* c,
                                           RequestExtent* ext) {
   bool inside = cta_extent(p, *c, ext);
   if (has_batch_layout(p)) {
-    const bool uneven =
-        lengths_uneven(p.qo_indptr, p.kv_indptr, p.qo_is_64, p.kv_is_64, p.bs, p.n_max, p.kv_indices_len);
+    BatchLengths lengths = {0, 0};
+    bool uneven = false;
+#if !defined(KDTREE_NO_BATCH_LAYOUT)  // A/B switch: every batch keeps the grid's layout, no lengths read
+    if (kBatchLayout) {
+      lengths = batch_lengths(p);
+      uneven = lengths_uneven(lengths, p.bs);
+    }
+#endif
     if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) *p.layout_flag = uneven;
     if (uneven) {
-      if (!enter_batch_layout(p, tile, min_chunk, c)) return false;
+      if (!enter_batch_layout(p, lengths, tile, min_chunk, c)) return false;
       inside = cta_extent(p, *c, ext);
     }
   }
@@ -178,10 +168,13 @@ __device__ __forceinline__ bool cta_place(const VerifyParams& p, int64_t tile, i
 // This CTA's work for `block_rows` rows per CTA and the path's split_range() sizes over
 // c.splits, its request's splits in the layout, given its request's extent `ext`
 // (cta_extent()). In the batch layout the CTA with the request's last piece also marks the
-// request's slots past its pieces (mark_slots_empty()). Called by every thread of the CTA.
-// False when it has nothing to write: its row block lies past the request's rows.
+// request's slots past its pieces (mark_slots_empty()). w->half_idle says whether the splits
+// from `idle_from` on hold none of the request's positions (default -1: from c.splits / 2, the
+// upper half of its own). Called by every thread of the CTA. False when it has nothing to
+// write: its row block lies past the request's rows.
 __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& c, const RequestExtent& ext,
-                                         int64_t block_rows, int64_t min_chunk, int64_t tile, CtaWork* w) {
+                                         int64_t block_rows, int64_t min_chunk, int64_t tile, CtaWork* w,
+                                         int64_t idle_from = -1) {
   const int64_t b = c.request, split = c.split;
   w->ext = ext;
   w->rows = ext.qo_len * p.heads;
@@ -190,7 +183,7 @@ __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& 
   w->length = ext.prefix + ext.qo_len;
   w->split = split;
   split_range(w->length, c.splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
-  w->half_idle = splits_idle_from(w->length, c.splits, c.splits / 2, min_chunk, tile);
+  w->half_idle = splits_idle_from(w->length, c.splits, idle_from < 0 ? c.splits / 2 : idle_from, min_chunk, tile);
 #if !defined(KDTREE_FAULT_BATCH_LAYOUT_UNMARKED)  // negative control: the marks are not written
   if (c.batch_layout && split == c.splits - 1 && c.splits < p.num_splits) {
     const int64_t row_end = w->rows < w->row0 + block_rows ? w->rows : w->row0 + block_rows;
@@ -214,23 +207,22 @@ __device__ __forceinline__ bool cta_work_in_balanced_grid(const VerifyParams& p,
   RequestExtent ext;
   if (!cta_extent(p, c, &ext)) return false;
   if (p.base_splits < p.num_splits) {
-    int64_t total, longest;
-    batch_lengths(p, &total, &longest);
-    c.splits = request_splits(ext.prefix + ext.qo_len, total, longest, p.bs, p.base_splits, p.num_splits);
+    const BatchLengths lengths = batch_lengths(p);
+    c.splits = request_splits(ext.prefix + ext.qo_len, static_cast<int64_t>(lengths.total), lengths.longest, p.bs,
+                              p.base_splits, p.num_splits);
   }
-  if (!cta_work(p, c, ext, block_rows, min_chunk, tile, w)) return false;
-  w->half_idle = splits_idle_from(w->length, c.splits, p.num_splits / 2, min_chunk, tile);  // of the whole grid
-  return true;
+  return cta_work(p, c, ext, block_rows, min_chunk, tile, w, p.num_splits / 2);  // half of the whole grid
 }
 
 // cta_work() at the launch grid's own layout, or the batch layout where the call has one,
 // reading the request's extent (false also when the batch layout leaves the CTA no piece or
 // its tokens lie outside q).
+template <bool kBatchLayout = true>
 __device__ __forceinline__ bool cta_work(const VerifyParams& p, int64_t block_rows, int64_t min_chunk,
                                          int64_t tile, CtaWork* w) {
   CtaCoord c = grid_coord(p);
   RequestExtent ext;
-  if (!cta_place(p, tile, min_chunk, &c, &ext)) return false;
+  if (!cta_place<kBatchLayout>(p, tile, min_chunk, &c, &ext)) return false;
   return cta_work(p, c, ext, block_rows, min_chunk, tile, w);
 }
 

@@ -89,7 +89,7 @@ __device__ __forceinline__ void pv_steps(float (*acc)[NW / 2], uint32_t v_desc, 
        acc[I / 4], v_desc, p_desc, 1), ...);
 }
 
-template <int NW, int WGS, int MWG>
+template <int NW, int WGS, int MWG, bool kBatchLayout>  // kBatchLayout: cta_place()
 __global__ void __launch_bounds__(128 * WGS, 1)
 verify_wgmma_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -115,7 +115,7 @@ verify_wgmma_kernel(const VerifyParams p) {
 
   const int64_t H = p.heads;
   CtaWork work;
-  if (!cta_work(p, S::kRows, kMinChunkWgmma, kTile, &work)) return;
+  if (!cta_work<kBatchLayout>(p, S::kRows, kMinChunkWgmma, kTile, &work)) return;
   const auto& [ext, rows, row0, length, split, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
 

@@ -64,6 +64,7 @@ __device__ __forceinline__ void pv_steps(float* acc, uint32_t p_desc, uint32_t v
 
 // 64 rows per CTA, or in a one-request call short enough for the short layout
 // (short_layout.cuh) 16 of them (the rest padding).
+template <bool kBatchLayout>  // cta_place()
 __global__ void __launch_bounds__(kThreads, 1)
 verify_rows_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -72,9 +73,9 @@ verify_rows_kernel(const VerifyParams p) {
   CtaCoord coord = grid_coord(p);
   RequestExtent request;
   // no piece for it in the batch layout, or its tokens lie outside q: nothing to write
-  if (!cta_place(p, kTile, kMinChunkWgmma, &coord, &request)) return;
+  if (!cta_place<kBatchLayout>(p, kTile, kMinChunkWgmma, &coord, &request)) return;
   int64_t block_rows = kRows;
-  enter_short_layout(p, request, &coord, &block_rows);
+  enter_short_layout(p, request, &coord, &block_rows);  // one request: never a batch layout
   constexpr int TPR = kThreadsPerRow;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_address(smem_raw);
