@@ -88,3 +88,23 @@ def test_the_build_hash_follows_a_trees_sources(tmp_path):
     shutil.copytree(build.source_dir(), same)
     assert build.build_hash((), same) == build.build_hash()
     assert build.build_hash((), root) != build.build_hash()
+
+
+def test_the_op_module_imports_without_sources_and_says_so_when_the_struct_is_asked_for():
+    """In a fresh interpreter whose kdtree.build finds no CUDA sources."""
+    import os
+    import subprocess
+    import sys
+
+    program = (
+        "import pytest, kdtree.build as b\n"
+        "def none():\n"
+        "    raise FileNotFoundError('kdtree CUDA sources (verify_api.cu) not found')\n"
+        "b.source_dir = none\n"
+        "import kdtree.verify_op as v\n"
+        "with pytest.raises(FileNotFoundError, match='not found'):\n"
+        "    v.VerifyParams\n"
+        "print('ok')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

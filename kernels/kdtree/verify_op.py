@@ -48,7 +48,12 @@ def _params_struct(root=None) -> type[ctypes.Structure]:
     return params_struct(root or source_dir())
 
 
-VerifyParams = _params_struct()  # the shipped sources' struct, read from verify_params.h
+def __getattr__(name: str):
+    """``VerifyParams``: the shipped sources' struct, read from their verify_params.h when first
+    asked for (importing this module needs no sources)."""
+    if name == "VerifyParams":
+        return _params_struct()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @lru_cache(maxsize=None)
