@@ -251,13 +251,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     specs = args.against or ([] if args.against_tree else list(DEFAULT_AGAINST))
     tree_specs = args.against_tree or []
     try:
-        args.builds = dict(parse_build(spec) for spec in specs)
-        args.trees = dict(parse_tree_build(spec) for spec in tree_specs)
+        builds = [parse_build(spec) for spec in specs]
+        trees = [parse_tree_build(spec) for spec in tree_specs]
     except ValueError as exc:
         parser.error(str(exc))
-    if len(args.builds) + len(args.trees) != len(set(args.builds) | set(args.trees)) or \
-            len(args.builds) != len(specs) or len(args.trees) != len(tree_specs):
+    names = [name for name, _ in builds + trees]
+    if len(set(names)) != len(names):
         parser.error("--against, --against-tree: each NAME once")
+    args.builds, args.trees = dict(builds), dict(trees)
     return args
 
 

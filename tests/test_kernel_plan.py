@@ -6,7 +6,7 @@ import ctypes
 import pytest
 
 from kdtree import build
-from kdtree.verify_op import PATHS
+from kdtree.verify_op import PATH_NAMES, PATHS, VerifyParams, declare_abi
 
 H200_SMEM, SM120_SMEM = 232448, 101376   # opt-in shared memory per block (bytes)
 BUDGET = 512 << 20
@@ -20,16 +20,7 @@ def lib(tmp_path_factory):
         pytest.skip(f"not run: {exc}")
     out = tmp_path_factory.mktemp("plan") / "libkdtree_verify.so"
     build.compile_library(out)
-    library = ctypes.CDLL(str(out))
-    library.kdtree_plan.argtypes = [ctypes.c_int64] * 8 + [ctypes.POINTER(ctypes.c_int64)]
-    library.kdtree_plan.restype = ctypes.c_int
-    library.kdtree_path_smem.argtypes = [ctypes.c_int64]
-    library.kdtree_path_smem.restype = ctypes.c_int64
-    library.kdtree_combine_shape.argtypes = [ctypes.c_int64] * 3 + [ctypes.POINTER(ctypes.c_int64)]
-    library.kdtree_combine_shape.restype = ctypes.c_int
-    library.kdtree_grid_balances.argtypes = [ctypes.c_int64] * 4
-    library.kdtree_grid_balances.restype = ctypes.c_int
-    return library
+    return declare_abi(ctypes.CDLL(str(out)), VerifyParams)
 
 
 def plan(lib, bs, heads, n, sms=132, smem=H200_SMEM, budget=BUDGET, request="auto", capability=90):
@@ -187,3 +178,21 @@ def test_a_seesaw_batch_gets_the_balanced_grid_only_up_to_4_splits(lib):
     assert plan(lib, 32, 8, 16)[1][1::2] == (4, 2)
     code, (_, slots, _, grid_splits) = plan(lib, 2, 8, 32)
     assert code == 0 and grid_splits > 4 and slots == grid_splits
+
+
+def test_sanitize_runs_uneven_batches_on_each_wgmma_kernels_batch_build(lib):
+    """The launch takes a kernel's batch-layout build when the plan gives more slots than grid
+    splits and the kernel does not balance its grid (has_batch_layout()); the sanitizer run
+    (kdgate.sanitize_run) must reach that build of the 16-, 32- and 64-row kernels with an
+    uneven batch, so their batch layout's code runs under memcheck and racecheck."""
+    from kdgate.sanitize_run import CASES
+
+    reached = set()
+    for case in CASES:
+        bs, heads, n = len(case.ctx), case.heads, case.n
+        code, (path, slots, _, base) = plan(lib, bs, heads, n)
+        assert code == 0
+        uneven = 4 * max(case.ctx) * bs > 5 * sum(case.ctx)  # lengths_uneven()'s rule, on the prefixes
+        if slots > base and not lib.kdtree_grid_balances(path, n, heads, bs) and uneven:
+            reached.add(PATH_NAMES[path])
+    assert {"wgmma-16", "wgmma-32", "wgmma-64"} <= reached, reached

@@ -67,17 +67,17 @@ def params_struct(source_root: Path) -> type[ctypes.Structure]:
     """A ctypes.Structure laid out as ``source_root``/verify_params.h's VerifyParams."""
     header = Path(source_root) / HEADER
     fields = params_fields(header.read_text(), str(header))
-    return type(STRUCT, (ctypes.Structure,), {"_fields_": fields,
+    return type(STRUCT, (ctypes.Structure,), {"_fields_": fields, "member_names": tuple(n for n, _ in fields),
                                               "__doc__": f"Mirror of {header} (read from it)."})
 
 
 def fill_params(struct: type[ctypes.Structure], values: dict) -> ctypes.Structure:
-    """An instance of ``struct`` from ``values`` (member name -> value): members the host
+    """An instance of ``struct`` (from params_struct()) from ``values`` (member name -> value): members the host
     knows but the build's struct lacks are left out (an older build). Raises ValueError
     naming any member of the struct that ``values`` does not give (a build the host cannot
     fill)."""
-    names = [n for n, _ in struct._fields_]
-    missing = [n for n in names if n not in values]
-    if missing:
-        raise ValueError(f"the kernel build's {STRUCT} has members this host does not fill: {missing}")
-    return struct(**{n: values[n] for n in names})
+    try:  # every launch: positional, no per-call checks unless a member is missing
+        return struct(*[values[n] for n in struct.member_names])
+    except KeyError:
+        missing = [n for n in struct.member_names if n not in values]
+        raise ValueError(f"the kernel build's {STRUCT} has members this host does not fill: {missing}") from None

@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import torch
 
-from kdtree.params_mirror import fill_params
+from kdtree.params_mirror import fill_params, params_struct
 
 HEAD_DIM = 576
 VALUE_DIM = 512
@@ -43,7 +43,6 @@ _ERROR_BITS = {
 
 def _params_struct(root=None) -> type[ctypes.Structure]:
     from kdtree.build import source_dir
-    from kdtree.params_mirror import params_struct
 
     return params_struct(root or source_dir())
 
@@ -56,17 +55,13 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@lru_cache(maxsize=None)
-def _library(defines: tuple[str, ...] = (), tree=None) -> ctypes.CDLL:
-    """The library built with ``defines`` from the shipped sources, or from ``tree`` (another
-    source tree, kdtree.build.source_tree()); ``lib.params_type`` is its own VerifyParams."""
-    from kdtree.build import library_path
-
-    lib = ctypes.CDLL(str(library_path(defines, tree)))
-    lib.params_type = _params_struct(tree)
-    lib.kdtree_verify_launch.argtypes = [ctypes.POINTER(lib.params_type), ctypes.c_void_p]
+def declare_abi(lib: ctypes.CDLL, params_type: type[ctypes.Structure]) -> ctypes.CDLL:
+    """Sets the argument and result types of the library's C ABI (verify_api.cu), launching
+    with ``params_type`` (the build's VerifyParams); returns ``lib``."""
+    lib.params_type = params_type
+    lib.kdtree_verify_launch.argtypes = [ctypes.POINTER(params_type), ctypes.c_void_p]
     lib.kdtree_verify_launch.restype = ctypes.c_int
-    lib.kdtree_verify_launch_part.argtypes = [ctypes.POINTER(lib.params_type), ctypes.c_void_p, ctypes.c_int]
+    lib.kdtree_verify_launch_part.argtypes = [ctypes.POINTER(params_type), ctypes.c_void_p, ctypes.c_int]
     lib.kdtree_verify_launch_part.restype = ctypes.c_int
     lib.kdtree_plan.argtypes = [ctypes.c_int64] * 8 + [ctypes.POINTER(ctypes.c_int64)]
     lib.kdtree_plan.restype = ctypes.c_int
@@ -80,6 +75,15 @@ def _library(defines: tuple[str, ...] = (), tree=None) -> ctypes.CDLL:
     lib.kdtree_error_string.argtypes = [ctypes.c_int]
     lib.kdtree_error_string.restype = ctypes.c_char_p
     return lib
+
+
+@lru_cache(maxsize=None)
+def _library(defines: tuple[str, ...] = (), tree=None) -> ctypes.CDLL:
+    """The library built with ``defines`` from the shipped sources, or from ``tree`` (another
+    source tree, kdtree.build.source_tree()); ``lib.params_type`` is its own VerifyParams."""
+    from kdtree.build import library_path
+
+    return declare_abi(ctypes.CDLL(str(library_path(defines, tree))), _params_struct(tree))
 
 
 def kernel_build_hash() -> str:

@@ -12,11 +12,11 @@
 // the longest request. A request's slots past its pieces are marked as having seen nothing by
 // the CTA with its last piece (mark_slots_empty()), since the combine reads every slot.
 //
-// Both functions are out of line, in 32-bit arithmetic, with the call's sizes by value: the
-// one-request calls never run them, and inlined code, fetched from DRAM after a read flush,
-// made those calls slower on the H200 (experiments/32-batch-layout.diff: 1,500 instructions
-// inlined, up to 13.5 %); a reference to the kernel's parameters would copy them to local
-// memory.
+// batch_layout_place() and mark_slots_empty() are out of line, in 32-bit arithmetic, with the
+// call's sizes by value: inlined, the plan's code made every kernel slower on the H200, calls
+// that never run it too (experiments/32-batch-layout.diff: 1,500 instructions inlined, up to
+// 13.5 %); a reference to the kernel's parameters would copy them to local memory. The wgmma
+// kernels' builds for calls without the batch layout leave all of it out (cta_place()).
 #pragma once
 #include <cstdint>
 

@@ -75,7 +75,7 @@ verify_rows_kernel(const VerifyParams p) {
   // no piece for it in the batch layout, or its tokens lie outside q: nothing to write
   if (!cta_place<kBatchLayout>(p, kTile, kMinChunkWgmma, &coord, &request)) return;
   int64_t block_rows = kRows;
-  enter_short_layout(p, request, &coord, &block_rows);  // one request: never a batch layout
+  enter_short_layout(p, request, &coord, &block_rows);  // one request only (bs 1: no batch layout)
   constexpr int TPR = kThreadsPerRow;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_address(smem_raw);
