@@ -6,7 +6,7 @@ import ctypes
 import pytest
 
 from kdtree import build
-from kdtree.verify_op import PATH_NAMES, PATHS, VerifyParams, declare_abi
+from kdtree.verify_op import PATH_NAMES, PATHS, VerifyParams, declare_abi, lengths_uneven
 
 H200_SMEM, SM120_SMEM = 232448, 101376   # opt-in shared memory per block (bytes)
 BUDGET = 512 << 20
@@ -192,7 +192,30 @@ def test_sanitize_runs_uneven_batches_on_each_wgmma_kernels_batch_build(lib):
         bs, heads, n = len(case.ctx), case.heads, case.n
         code, (path, slots, _, base) = plan(lib, bs, heads, n)
         assert code == 0
-        uneven = 4 * max(case.ctx) * bs > 5 * sum(case.ctx)  # lengths_uneven()'s rule, on the prefixes
+        uneven = lengths_uneven([ctx + n for ctx in case.ctx], lib=lib)  # the kernels' rule
         if slots > base and not lib.kdtree_grid_balances(path, n, heads, bs) and uneven:
             reached.add(PATH_NAMES[path])
     assert {"wgmma-16", "wgmma-32", "wgmma-64"} <= reached, reached
+
+
+@pytest.mark.parametrize("lengths, uneven", [
+    ([1000] * 4, False),
+    ([1250, 1000, 1000, 750], False),      # longest exactly 5/4 of the mean: not over it
+    ([1251, 1000, 1000, 749], True),
+    ([60000, 500, 500, 500], True),
+    ([7], False),                          # one request is its own mean
+    ([0, 0], False),
+])
+def test_lengths_uneven_takes_the_batch_layout_over_five_quarters_of_the_mean(lib, lengths, uneven):
+    assert lengths_uneven(lengths, lib=lib) == uneven
+
+
+@pytest.mark.parametrize("lengths", [[], [5, -1, 5], [1 << 32], [1.5]])
+def test_lengths_uneven_refuses_bad_lengths(lib, lengths):
+    with pytest.raises(ValueError, match="lengths_uneven: lengths must be"):
+        lengths_uneven(lengths, lib=lib)
+
+
+@pytest.mark.parametrize("total, longest, bs", [(10, 5, 0), (10, -1, 2), (4, 5, 2), (1 << 40, 1 << 32, 2)])
+def test_the_library_refuses_bad_batch_lengths(lib, total, longest, bs):
+    assert lib.kdtree_lengths_uneven(total, longest, bs) == 2

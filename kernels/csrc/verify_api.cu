@@ -69,6 +69,15 @@ cudaError_t launch_main(const VerifyParams& p, cudaStream_t stream) {
   return launch_dependent(Kernel, grid, dim3(Threads), Smem, stream, p);
 }
 
+// Launch the build of a wgmma main kernel with the batch layout's code (`WithLayout`) for a call
+// that may take that layout (has_batch_layout()), else the build without it (`WithoutLayout`):
+// its code alone slows the calls that never run it (common/request_extent.cuh: cta_place()).
+template <auto WithLayout, auto WithoutLayout, int Threads, int Smem>
+cudaError_t launch_main_for_layout(const VerifyParams& p, cudaStream_t stream) {
+  return kdtree::has_batch_layout(p) ? launch_main<WithLayout, Threads, Smem>(p, stream)
+                                     : launch_main<WithoutLayout, Threads, Smem>(p, stream);
+}
+
 }  // namespace
 
 extern "C" {
@@ -146,6 +155,15 @@ int kdtree_grid_balances(int64_t path, int64_t n_max, int64_t heads, int64_t bs)
   return kdtree::grid_balances(path, n_max, heads, bs) ? 1 : 0;
 }
 
+// Whether a batch of `bs` requests whose lengths (prefix + draft tokens, clamped as the kernels
+// count them) sum to `total`, the longest `longest`, is uneven enough for the batch layout
+// (common/batch_layout.cuh: lengths_uneven()): 1 or 0; 2 on a bad argument.
+int kdtree_lengths_uneven(int64_t total, int64_t longest, int64_t bs) {
+  if (bs < 1 || longest < 0 || longest > UINT32_MAX || total < longest) return 2;
+  const kdtree::BatchLengths lengths = {static_cast<uint64_t>(total), static_cast<uint32_t>(longest)};
+  return kdtree::lengths_uneven(lengths, bs) ? 1 : 0;
+}
+
 // The combine's launch for `rows` query rows (T x H) and `num_splits` grid splits per request
 // (the plan's base_splits; a batch's combine merges up to kBatchSlotsFactor times as many
 // workspace slots with the same warps) on `num_sms` SMs: writes {warps per query row (1: the row kernel), CTAs, CTAs per SM it is built for} to
@@ -180,7 +198,6 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
     namespace ws = kdtree::wgmma_seesaw;
     using W16 = wg::Shape<16, 2, 1>;
     using W32 = wg::Shape<16, 2, 2>;
-    const bool batch = kdtree::has_batch_layout(p);
     switch (p.path) {
       case kdtree::kPathPortable:
         e = launch_main<kdtree::verify_mma_kernel, kdtree::kThreads, kdtree::kSmemBytes>(p, stream);
@@ -191,20 +208,19 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
       case kdtree::kPathTiled64:
         e = launch_main<tl::verify_tiled_kernel<64>, tl::kThreads, tl::Tile<64>::kSmemBytes>(p, stream);
         break;
-      // the wgmma kernels built with the batch layout only for calls that may take it (cta_place())
       case kdtree::kPathWgmma16:
-        e = batch ? launch_main<wg::verify_wgmma_kernel<16, 2, 1, true>, W16::kThreads, W16::kSmemBytes>(p, stream)
-                  : launch_main<wg::verify_wgmma_kernel<16, 2, 1, false>, W16::kThreads, W16::kSmemBytes>(p, stream);
+        e = launch_main_for_layout<wg::verify_wgmma_kernel<16, 2, 1, true>, wg::verify_wgmma_kernel<16, 2, 1, false>,
+                                   W16::kThreads, W16::kSmemBytes>(p, stream);
         break;
       case kdtree::kPathWgmma32:
-        e = batch ? launch_main<wg::verify_wgmma_kernel<16, 2, 2, true>, W32::kThreads, W32::kSmemBytes>(p, stream)
-                  : launch_main<wg::verify_wgmma_kernel<16, 2, 2, false>, W32::kThreads, W32::kSmemBytes>(p, stream);
+        e = launch_main_for_layout<wg::verify_wgmma_kernel<16, 2, 2, true>, wg::verify_wgmma_kernel<16, 2, 2, false>,
+                                   W32::kThreads, W32::kSmemBytes>(p, stream);
         break;
       case kdtree::kPathWgmma64:  // the seesaw kernel from its threshold (runs_seesaw: static sizes only)
         e = kdtree::runs_seesaw(p.n_max, p.heads, p.bs)
             ? launch_main<ws::verify_seesaw_kernel, ws::kThreads, ws::kSmemBytes>(p, stream)
-            : batch ? launch_main<wr::verify_rows_kernel<true>, wr::kThreads, wr::kSmemBytes>(p, stream)
-                    : launch_main<wr::verify_rows_kernel<false>, wr::kThreads, wr::kSmemBytes>(p, stream);
+            : launch_main_for_layout<wr::verify_rows_kernel<true>, wr::verify_rows_kernel<false>, wr::kThreads,
+                                     wr::kSmemBytes>(p, stream);
         break;
       default: return static_cast<int>(cudaErrorInvalidValue);
     }

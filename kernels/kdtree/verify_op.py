@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+from collections.abc import Sequence
 from functools import lru_cache
 
 import torch
@@ -72,6 +73,9 @@ def declare_abi(lib: ctypes.CDLL, params_type: type[ctypes.Structure]) -> ctypes
     if hasattr(lib, "kdtree_grid_balances"):  # an older tree may not have it
         lib.kdtree_grid_balances.argtypes = [ctypes.c_int64] * 4
         lib.kdtree_grid_balances.restype = ctypes.c_int
+    if hasattr(lib, "kdtree_lengths_uneven"):
+        lib.kdtree_lengths_uneven.argtypes = [ctypes.c_int64] * 3
+        lib.kdtree_lengths_uneven.restype = ctypes.c_int
     lib.kdtree_error_string.argtypes = [ctypes.c_int]
     lib.kdtree_error_string.restype = ctypes.c_char_p
     return lib
@@ -301,6 +305,19 @@ def grid_balances(path: int, n_max: int, heads: int, bs: int, lib=None) -> bool:
     its grid (the seesaw kernel) rather than in the batch layout (split_plan.h)."""
     lib = lib or _library()
     return bool(lib.kdtree_grid_balances(path, n_max, heads, bs))
+
+
+def lengths_uneven(lengths: Sequence[int], lib=None) -> bool:
+    """Whether a batch whose requests have these lengths (prefix + draft tokens each) is uneven
+    enough to take the batch layout in a call whose plan gives it one (batch_layout.cuh)."""
+    lengths = list(lengths)
+    if not lengths or any(not isinstance(n, int) or n < 0 or n >= 1 << 32 for n in lengths):
+        raise ValueError(f"lengths_uneven: lengths must be one or more ints in [0, 2**32), got {lengths[:8]}")
+    lib = lib or _library()
+    code = lib.kdtree_lengths_uneven(sum(lengths), max(lengths), len(lengths))
+    if code != 0 and code != 1:
+        raise ValueError(f"lengths_uneven: the library refused lengths {lengths[:8]} (code {code})")
+    return bool(code)
 
 
 def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tuple[int, int, int, int]:

@@ -17,8 +17,8 @@ past its pieces really hold the first batch's partials, so the marks are what ke
 import pytest
 
 from kdgate.candidates import resolve
-from kdgate.kernel_run import run_case
-from kdgate.verify_inputs import VerifyCase, build_inputs
+from kdgate.verify_inputs import VerifyCase
+from suites.kernel.stale_workspace import run_after, skip_unless_shipped_kernel
 
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
@@ -50,20 +50,11 @@ def _batch_layout_or_skip(case: VerifyCase, device) -> None:
         pytest.skip(f"not run: {case.id} runs the seesaw kernel, which balances its grid: no batch layout")
 
 
-def _second_call_of(candidate, first: VerifyCase, second: VerifyCase, device):
-    """The outcome of ``second`` run right after ``first`` (which leaves its partial states in
-    the shared workspace)."""
-    run_case(candidate, build_inputs(first, device), compare_baseline=False)
-    return run_case(candidate, build_inputs(second, device), compare_baseline=False)
-
-
 @pytest.mark.parametrize("first,second", PAIRS, ids=IDS)
 def test_batch_after_a_batch_of_other_lengths_holds_parity(candidate, cuda_device, first, second, gate_notes):
-    if candidate.name != "kdtree":
-        pytest.skip(f"not run: the batch layout belongs to the shipped kernel, not --kernel {candidate.name}")
+    skip_unless_shipped_kernel(candidate, "batch layout")
     _batch_layout_or_skip(second, cuda_device)
-    for case in (first, second):
-        outcome = run_case(candidate, build_inputs(case, cuda_device), compare_baseline=False)
+    for case, outcome in zip((first, second), run_after(candidate, first, second, cuda_device)):
         gate_notes.append(f"batch layout {case.id}: {outcome.report.brief()}")
         assert not outcome.problems(), f"{case.id}:\n{outcome.report.summary()}"
         lse_problem = outcome.lse_problem()
@@ -73,7 +64,7 @@ def test_batch_after_a_batch_of_other_lengths_holds_parity(candidate, cuda_devic
 @pytest.mark.parametrize("first,second", PAIRS, ids=IDS)
 def test_unmarked_batch_layout_fails_parity(cuda_device, first, second):
     _batch_layout_or_skip(second, cuda_device)
-    outcome = _second_call_of(resolve("kdgate.broken_kernels:batch_layout_unmarked"), first, second, cuda_device)
+    _, outcome = run_after(resolve("kdgate.broken_kernels:batch_layout_unmarked"), first, second, cuda_device)
     assert not outcome.report.passed, f"batch_layout_unmarked passed parity on {second.id}:\n{outcome.report.summary()}"
 
 
@@ -93,11 +84,9 @@ def test_near_equal_batch_after_an_uneven_one_merges_only_its_grid_splits(candid
     """A batch whose longest request is at most 5/4 of the mean keeps the grid's own layout;
     the slots past its grid splits still hold the uneven batch's partials, which the combine
     must not merge (merged_slots())."""
-    if candidate.name != "kdtree":
-        pytest.skip(f"not run: the batch layout belongs to the shipped kernel, not --kernel {candidate.name}")
+    skip_unless_shipped_kernel(candidate, "batch layout")
     _batch_layout_or_skip(second, cuda_device)
-    for case in (first, second):
-        outcome = run_case(candidate, build_inputs(case, cuda_device), compare_baseline=False)
+    for case, outcome in zip((first, second), run_after(candidate, first, second, cuda_device)):
         gate_notes.append(f"grid layout after the batch layout {case.id}: {outcome.report.brief()}")
         assert not outcome.problems(), f"{case.id}:\n{outcome.report.summary()}"
 
@@ -108,5 +97,5 @@ def test_merging_every_slot_after_an_uneven_batch_fails_parity(cuda_device, firs
     """Negative control: built with KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL the combine ignores the
     main kernel's layout flag and merges the uneven batch's leftover slots."""
     _batch_layout_or_skip(second, cuda_device)
-    outcome = _second_call_of(resolve("kdgate.broken_kernels:grid_layout_merges_all"), first, second, cuda_device)
+    _, outcome = run_after(resolve("kdgate.broken_kernels:grid_layout_merges_all"), first, second, cuda_device)
     assert not outcome.report.passed, f"grid_layout_merges_all passed parity on {second.id}:\n{outcome.report.summary()}"

@@ -13,8 +13,8 @@ short layout really runs on these cases (were it not taken, the fault would chan
 import pytest
 
 from kdgate.candidates import resolve
-from kdgate.kernel_run import run_case
-from kdgate.verify_inputs import VerifyCase, build_inputs
+from kdgate.verify_inputs import VerifyCase
+from suites.kernel.stale_workspace import run_after, skip_unless_shipped_kernel
 
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
@@ -53,12 +53,10 @@ def _short_layout_or_skip(case: VerifyCase, device) -> None:
 
 @pytest.mark.parametrize("long,short", PAIRS, ids=IDS)
 def test_short_call_after_a_long_one_holds_parity(candidate, cuda_device, long, short, gate_notes):
-    if candidate.name != "kdtree":
-        pytest.skip(f"not run: the short layout belongs to the shipped kernel, not --kernel {candidate.name}")
+    skip_unless_shipped_kernel(candidate, "short layout")
     _short_layout_or_skip(short, cuda_device)
-    first = run_case(candidate, build_inputs(long, cuda_device), compare_baseline=False)
+    first, outcome = run_after(candidate, long, short, cuda_device)
     assert not first.problems(), f"long call {long.id}:\n{first.report.summary()}"
-    outcome = run_case(candidate, build_inputs(short, cuda_device), compare_baseline=False)
     gate_notes.append(f"short layout {short.id} after {long.id}: {outcome.report.brief()}")
     assert not outcome.problems(), f"{short.id} after {long.id}:\n{outcome.report.summary()}"
     lse_problem = outcome.lse_problem()
@@ -68,7 +66,5 @@ def test_short_call_after_a_long_one_holds_parity(candidate, cuda_device, long, 
 @pytest.mark.parametrize("long,short", PAIRS, ids=IDS)
 def test_unmarked_short_layout_fails_parity(cuda_device, long, short):
     _short_layout_or_skip(short, cuda_device)
-    broken = resolve("kdgate.broken_kernels:short_layout_unmarked")
-    run_case(broken, build_inputs(long, cuda_device), compare_baseline=False)
-    outcome = run_case(broken, build_inputs(short, cuda_device), compare_baseline=False)
+    _, outcome = run_after(resolve("kdgate.broken_kernels:short_layout_unmarked"), long, short, cuda_device)
     assert not outcome.report.passed, f"short_layout_unmarked passed parity on {short.id}:\n{outcome.report.summary()}"

@@ -83,7 +83,7 @@ __device__ __forceinline__ BatchLengths batch_lengths(const VerifyParams& p) {
 // its longest request is over 5/4 of the mean length. Otherwise the call keeps the grid's own
 // layout (each request in its grid splits), which costs no plan. The main kernels decide
 // alike, each from batch_lengths().
-__device__ __forceinline__ bool lengths_uneven(const BatchLengths& lengths, int64_t bs) {
+__host__ __device__ __forceinline__ bool lengths_uneven(const BatchLengths& lengths, int64_t bs) {
   return 4ull * lengths.longest * static_cast<uint64_t>(bs) > 5ull * lengths.total;
 }
 

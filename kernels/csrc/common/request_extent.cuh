@@ -169,12 +169,11 @@ __device__ __forceinline__ bool cta_place(const VerifyParams& p, int64_t tile, i
 // c.splits, its request's splits in the layout, given its request's extent `ext`
 // (cta_extent()). In the batch layout the CTA with the request's last piece also marks the
 // request's slots past its pieces (mark_slots_empty()). w->half_idle says whether the splits
-// from `idle_from` on hold none of the request's positions (default -1: from c.splits / 2, the
-// upper half of its own). Called by every thread of the CTA. False when it has nothing to
-// write: its row block lies past the request's rows.
+// from `idle_from` on hold none of the request's positions. Called by every thread of the CTA.
+// False when it has nothing to write: its row block lies past the request's rows.
 __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& c, const RequestExtent& ext,
                                          int64_t block_rows, int64_t min_chunk, int64_t tile, CtaWork* w,
-                                         int64_t idle_from = -1) {
+                                         int64_t idle_from) {
   const int64_t b = c.request, split = c.split;
   w->ext = ext;
   w->rows = ext.qo_len * p.heads;
@@ -183,7 +182,7 @@ __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& 
   w->length = ext.prefix + ext.qo_len;
   w->split = split;
   split_range(w->length, c.splits, split, &w->j_begin, &w->j_end, min_chunk, tile);
-  w->half_idle = splits_idle_from(w->length, c.splits, idle_from < 0 ? c.splits / 2 : idle_from, min_chunk, tile);
+  w->half_idle = splits_idle_from(w->length, c.splits, idle_from, min_chunk, tile);
 #if !defined(KDTREE_FAULT_BATCH_LAYOUT_UNMARKED)  // negative control: the marks are not written
   if (c.batch_layout && split == c.splits - 1 && c.splits < p.num_splits) {
     const int64_t row_end = w->rows < w->row0 + block_rows ? w->rows : w->row0 + block_rows;
@@ -195,6 +194,12 @@ __device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& 
 #endif
   w->mask_base = p.mask ? p.mask_indptr[b] : 0;
   return true;
+}
+
+// cta_work() with w->half_idle for the upper half of the request's own splits in the layout.
+__device__ __forceinline__ bool cta_work(const VerifyParams& p, const CtaCoord& c, const RequestExtent& ext,
+                                         int64_t block_rows, int64_t min_chunk, int64_t tile, CtaWork* w) {
+  return cta_work(p, c, ext, block_rows, min_chunk, tile, w, c.splits / 2);
 }
 
 // cta_work() in the balanced grid (split_plan.h: grid_balances(), the seesaw kernel): the

@@ -15,7 +15,8 @@
 // issues its own, by the others right after warpgroup 0's), its slot indices were loaded
 // a tile before that. Softmax in fp32 per row over
 // the tile's positions (maxima merged across the warpgroup's four warps through shared
-// memory), P rounded to bf16 once, the row sums kept in fp32, the output rounded once.
+// memory; the running maximum moves as running_max.cuh says), P rounded to bf16 once, the row
+// sums kept in fp32, the output rounded once.
 // Split-KV partial states have the same format as the other paths (combine.cuh).
 #pragma once
 #include <cuda_bf16.h>
@@ -30,6 +31,7 @@
 #include "../split_plan.h"
 #include "../verify_params.h"
 #include "kv_staging.cuh"
+#include "running_max.cuh"
 
 namespace kdtree {
 namespace wgmma_path {
@@ -233,7 +235,7 @@ verify_wgmma_kernel(const VerifyParams p) {
           float mx = red_wg[n];
 #pragma unroll
           for (int w = 1; w < 4; ++w) mx = fmaxf(mx, red_wg[w * NW + n]);
-          const float new_m = fmaxf(m_run[jj][c], mx);
+          const float new_m = raised_max(m_run[jj][c], mx);
           const float base_m = new_m == -INFINITY ? 0.f : new_m;
           const float alpha = exp2_approx(m_run[jj][c] - base_m);
           alpha_r[jj][c] = alpha;

@@ -6,9 +6,9 @@
 //
 // Two warpgroups, each computing the scores of its half of a 64-position KV tile (no score is
 // computed twice) and owning half of the 512 value dims. The row maxima of both halves meet
-// in shared memory; each warpgroup then forms its half of P against the common maximum and
-// stores it (bf16) over the tile's rope block, which no MMA reads once both QKs are done, and
-// both run the PV MMA over the whole P. KV tiles of 64 positions are gathered by every thread
+// in shared memory; each warpgroup then forms its half of P against the common running maximum
+// (moved as running_max.cuh says) and stores it (bf16) over the tile's rope block, which no
+// MMA reads once both QKs are done, and both run the PV MMA over the whole P. KV tiles of 64 positions are gathered by every thread
 // with cp.async into two stages, the next tile's copies issued while this tile's QK MMAs run
 // (warpgroup 1's before it issues its own MMAs, while it waits for warpgroup 0's; 0's right
 // after its issue); draft positions take V from v_extend, copied over K's first 512 columns
@@ -26,6 +26,7 @@
 #include "../verify_params.h"
 #include "kv_staging.cuh"
 #include "row_halves.cuh"
+#include "running_max.cuh"
 #include "short_layout.cuh"
 
 namespace kdtree {
@@ -182,7 +183,7 @@ verify_rows_kernel(const VerifyParams p) {
     float alpha[2], base_m[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // the same maximum in both warpgroups (fmaxf commutes)
-      const float new_m = fmaxf(m_run[h], fmaxf(row_max[qrow[h]], row_max[kRows + qrow[h]]));
+      const float new_m = raised_max(m_run[h], fmaxf(row_max[qrow[h]], row_max[kRows + qrow[h]]));
       base_m[h] = new_m == -INFINITY ? 0.f : new_m;
       alpha[h] = exp2_approx(m_run[h] - base_m[h]);
       m_run[h] = new_m;
