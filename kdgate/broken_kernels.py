@@ -14,6 +14,9 @@ layers can fail. Each is a candidate for ``--kernel kdgate.broken_kernels:NAME``
 * ``grid_layout_merges_all`` built with KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL: the combine of a
                     batch that kept the grid's own layout merges every workspace slot, also
                     those past the grid's splits that an earlier call left.
+* ``no_rescale``    built with KDTREE_FAULT_NO_RESCALE: the rows and 16/32-row kernels never
+                    rescale O's accumulators when a row's running maximum moves (it moves only
+                    past a margin, kernels/csrc/wgmma/running_max.cuh).
 * ``stale_lengths`` the shipped kernel, but under CUDA-graph capture it reads a copy of
                     the request lengths (kv_indptr) taken at the last eager call, as a kernel
                     that bakes per-step data into the graph would: eager runs are right,
@@ -42,6 +45,7 @@ drop_split = _variant(("KDTREE_FAULT_DROP_SPLIT",))
 short_layout_unmarked = _variant(("KDTREE_FAULT_SHORT_LAYOUT_UNMARKED",))
 batch_layout_unmarked = _variant(("KDTREE_FAULT_BATCH_LAYOUT_UNMARKED",))
 grid_layout_merges_all = _variant(("KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL",))
+no_rescale = _variant(("KDTREE_FAULT_NO_RESCALE",))
 
 _STALE: dict[tuple, torch.Tensor] = {}
 

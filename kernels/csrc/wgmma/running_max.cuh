@@ -8,9 +8,10 @@
 // of 1: bf16 P, the fp32 row sums and the fp32 accumulators hold it with the same relative
 // precision (their exponents span far more), and every state written (m, l, O or the split's
 // partial) stays consistent, since l and O are always relative to the m written with them.
-// So O is rescaled only when a row's maximum rises that far, in all but the first few tiles
-// of a split on any data. Every warpgroup that shares rows applies the same rule to the same
-// maxima, so they agree on m. -DKDTREE_EAGER_RESCALE: the maximum follows every rise (A/B).
+// So O is rescaled only when a row's maximum rises that far: after a split's first tile on
+// the bench's inputs never, on a tile whose scores jump (a draft tile aligned with its
+// queries) still. Every warpgroup that shares rows applies the same rule to the same maxima,
+// so they agree on m. -DKDTREE_EAGER_RESCALE: the maximum follows every rise (A/B).
 //
 // Measured on the H200 (same-run A/B, full matrix, Session 30): the rows kernel's calls 2-4 %
 // faster at ctx >= 16k (on the bench's inputs a warp rescaled in 77-100 % of its tiles, with
@@ -31,6 +32,17 @@ __device__ __forceinline__ float raised_max(float m_run, float tile_max) {
   return fmaxf(m_run, tile_max);
 #else
   return tile_max > m_run + kRescaleMargin ? tile_max : m_run;
+#endif
+}
+
+// Whether a warp rescales O's accumulators, given whether any of its rows' maxima moved.
+// -DKDTREE_FAULT_NO_RESCALE (negative control): never, so a maximum raised past the margin
+// after a tile with visible scores leaves the earlier tiles' weights 2^(new - old) too large.
+__device__ __forceinline__ bool rescales(bool any_moved) {
+#if defined(KDTREE_FAULT_NO_RESCALE)
+  return false;
+#else
+  return any_moved;
 #endif
 }
 

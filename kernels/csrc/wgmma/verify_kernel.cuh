@@ -248,7 +248,7 @@ verify_wgmma_kernel(const VerifyParams p) {
           pt[wgmma::swizzled(n, pos / 8) / 2 + pos % 8] = __float2bfloat16_rn(p0);
           pt[wgmma::swizzled(n, pos / 8 + 1) / 2 + pos % 8] = __float2bfloat16_rn(p1);
         }
-      if (__any_sync(0xffffffffu, rescale))  // no row of this warp moved its maximum: nothing to scale
+      if (rescales(__any_sync(0xffffffffu, rescale)))  // skipped when no row of this warp moved its maximum
 #pragma unroll
         for (int jj = 0; jj < J; ++jj)
 #pragma unroll

@@ -8,11 +8,12 @@
 // computed twice) and owning half of the 512 value dims. The row maxima of both halves meet
 // in shared memory; each warpgroup then forms its half of P against the common running maximum
 // (moved as running_max.cuh says) and stores it (bf16) over the tile's rope block, which no
-// MMA reads once both QKs are done, and both run the PV MMA over the whole P. KV tiles of 64 positions are gathered by every thread
-// with cp.async into two stages, the next tile's copies issued while this tile's QK MMAs run
-// (warpgroup 1's before it issues its own MMAs, while it waits for warpgroup 0's; 0's right
-// after its issue); draft positions take V from v_extend, copied over K's first 512 columns
-// after QK. Split-KV partial states have the same format as the other paths (combine.cuh).
+// MMA reads once both QKs are done, and both run the PV MMA over the whole P. KV tiles of 64
+// positions are gathered by every thread with cp.async into two stages, the next tile's copies
+// issued while this tile's QK MMAs run (warpgroup 1's before it issues its own MMAs, while it
+// waits for warpgroup 0's; 0's right after its issue); draft positions take V from v_extend,
+// copied over K's first 512 columns after QK. Split-KV partial states have the same format as
+// the other paths (combine.cuh).
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -205,7 +206,8 @@ verify_rows_kernel(const VerifyParams p) {
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // no row of this warp moved its maximum
+    // skipped when no row of this warp moved its maximum
+    if (rescales(__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
 #pragma unroll
       for (int i = 0; i < kHalfDims / 2; ++i) acc[i] *= alpha[fragment_row_half(i)];
 
