@@ -9,7 +9,8 @@ the flat FULL_MASK tree mask (per request [n, P+n], prefix columns set) with mas
 Structure: a strong attention sink (prefix token 0 aligned with every query), a few
 outlier channels, and optionally "boundary-dominant" drafts whose keys align with the
 queries so strongly that including or dropping any one draft key moves the output far
-beyond one ULP (an off-by-one in the mask cannot hide under tolerance).
+beyond one ULP (an off-by-one in the mask cannot hide under tolerance), and optionally one
+such key late in each prefix (``prefix_jump``: position ctx - 10), where the scores jump.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class VerifyCase:
     indptr_dtype: str = "int32"   # qo_indptr / kv_indptr: int32 (eager) or int64 (graph)
     mask_dtype: str = "bool"      # bool | uint8 | none (chains only: is_causal, no mask)
     boundary: bool = False
+    prefix_jump: bool = False     # prefix position ctx - 10 of each request aligned with its queries
     seed: int = 0
     sm_scale: float = 192 ** -0.5
 
@@ -48,6 +50,8 @@ class VerifyCase:
                 "frag" if self.fragmented else "contig", self.indptr_dtype, self.mask_dtype]
         if self.boundary:
             bits.append("boundary")
+        if self.prefix_jump:
+            bits.append("jump")
         return "-".join(bits)
 
 
@@ -138,6 +142,13 @@ def build_inputs(case: VerifyCase, device: str | torch.device = "cuda") -> Verif
             direction = q[b * n:(b + 1) * n].mean(dim=(0, 1))
             keys[offset] = 3.0 * direction / direction.norm() * HEAD_DIM ** 0.5
         offset += p
+    if case.prefix_jump:  # a late prefix key as strong as a boundary draft: scores jump there
+        offset = 1
+        for b, p in enumerate(case.ctx):
+            if p > 10:
+                direction = q[b * n:(b + 1) * n].mean(dim=(0, 1))
+                keys[offset + p - 10] = 6.0 * direction / direction.norm() * HEAD_DIM ** 0.5
+            offset += p
     if case.boundary:
         for b in range(bs):
             rows = slice(b * n, (b + 1) * n)

@@ -6,6 +6,11 @@ their queries, and each length puts the drafts a whole tile or more into the spl
 them, after prefix tiles whose weights are already in O (the layouts on the H200's 132 SMs).
 The shipped kernel must hold the parity rule and write the LSE there.
 
+``prefix_jump`` puts such a jump on a prefix tile instead (the key at ctx - 10, in the tile
+before the drafts', a later tile of its split): there the rows kernel first forms P against
+the old maximum, then finds that a maximum moved and exchanges the maxima and forms P again
+(verify_kernel_rows.cuh).
+
 The negative control runs the same cases built with KDTREE_FAULT_NO_RESCALE (a moved maximum
 never rescales O) and must fail parity: it shows that each case really rescales O after a
 tile with visible scores, the path the margin leaves to a few tiles.
@@ -28,6 +33,10 @@ CASES = (
     VerifyCase(ctx=(2000,), n=8, heads=8, boundary=True, seed=113),      # rows kernel, short layout: 1
     VerifyCase(ctx=(20100,), n=2, heads=8, boundary=True, seed=114),     # 16-row kernel: 2
     VerifyCase(ctx=(20100,), n=4, heads=8, tree="chain", boundary=True, seed=115),  # 32-row kernel: 2
+)
+CASES += (
+    VerifyCase(ctx=(20100,), n=8, heads=8, prefix_jump=True, seed=116),     # rows kernel, 64 rows
+    VerifyCase(ctx=(20100,), n=16, heads=8, prefix_jump=True, seed=117),    # rows kernel, 128 rows
 )
 IDS = [c.id for c in CASES]
 

@@ -5,15 +5,18 @@
 //   O [64 rows x 256 dims]     += P [64 x 64] . V[:, half]   (P from shared memory, V N-major)
 //
 // Two warpgroups, each computing the scores of its half of a 64-position KV tile (no score is
-// computed twice) and owning half of the 512 value dims. The row maxima of both halves meet
-// in shared memory; each warpgroup then forms its half of P against the common running maximum
-// (moved as running_max.cuh says) and stores it (bf16) over the tile's rope block, which no
-// MMA reads once both QKs are done, and both run the PV MMA over the whole P. KV tiles of 64
-// positions are gathered by every thread with cp.async into two stages, the next tile's copies
-// issued while this tile's QK MMAs run (warpgroup 1's before it issues its own MMAs, while it
-// waits for warpgroup 0's; 0's right after its issue); draft positions take V from v_extend,
-// copied over K's first 512 columns after QK. Split-KV partial states have the same format as
-// the other paths (combine.cuh).
+// computed twice) and owning half of the 512 value dims. Each warpgroup forms its half of P
+// against the common running maximum (moved as running_max.cuh says) and stores it (bf16) in
+// P's own block after Q, and both run the PV MMA over the whole P. The halves' row maxima meet
+// in shared memory only on a tile that moves a maximum (a split's first, draft tiles, a jump):
+// on the others P is formed against the maximum both warpgroups already hold, and one barrier
+// publishes P and says whether it was formed right (-DKDTREE_ROW_MAX_EVERY_TILE: the maxima
+// meet on every tile, P over the tile's rope block, which no MMA reads once both QKs are
+// done). KV tiles of 64 positions are gathered by every thread with cp.async into two stages,
+// the next tile's copies issued while this tile's QK MMAs run (warpgroup 1's before it issues
+// its own MMAs, while it waits for warpgroup 0's; 0's right after its issue); draft positions
+// take V from v_extend, copied over K's first 512 columns after QK. Split-KV partial states
+// have the same format as the other paths (combine.cuh).
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -41,8 +44,13 @@ constexpr int kHalfDims = kValueDim / 2;                // value dims per warpgr
 constexpr int kQBlockBytes = kRows * 128;
 constexpr int kQBytes = kColBlocks * kQBlockBytes;
 constexpr int kDraftWords = 2 * kMaxDraft;
+#if defined(KDTREE_ROW_MAX_EVERY_TILE)
 constexpr int kRopeBlock = kColBlocks - 1;  // where P goes once both QKs of the tile are done
-constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes + kDraftWords * 4 +
+constexpr int kPBytes = 0;
+#else
+constexpr int kPBytes = kRows * kTile * 2;  // P's own block (bf16, swizzled like Q), after Q
+#endif
+constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes + kPBytes + kDraftWords * 4 +
                            4 * kRows * 4 /* row maxima and sums of each warpgroup */;
 constexpr int kThreadsPerRow = kThreads / kTile;        // KV tile copies
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
@@ -64,6 +72,24 @@ __device__ __forceinline__ void pv_steps(float* acc, uint32_t p_desc, uint32_t v
   (wgmma::MmaSS256::run<(I * 32) / 16, (I * 2048) / 16>(acc, p_desc, v_desc), ...);
 }
 
+// This warpgroup's half of P (bf16) at p_block, swizzled like Q: s[i], s[i + 1] go to row
+// qrow[r % 2], positions 32 w + 8 (i / 4) + 2 t and + 1 (16-byte chunk 4 w + i / 4, bytes
+// 4 t..4 t + 3), P = 2^(s - base_m[row half]); adds each row's P to sum[row half].
+__device__ __forceinline__ void store_p_half(const float* s, const float* base_m, uint32_t p_block, const int* qrow,
+                                             int wg, int t, float* sum) {
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = 8 * kk + 2 * r;  // s[i], s[i + 1]: row lo/hi = r % 2
+      const float p0 = exp2_approx(s[i] - base_m[r & 1]);
+      const float p1 = exp2_approx(s[i + 1] - base_m[r & 1]);
+      sum[r & 1] += p0 + p1;
+      const uint32_t at = p_block + wgmma::swizzled(qrow[r & 1], 4 * wg + 2 * kk + (r >> 1)) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(at), "r"(pack_bf16(p0, p1)) : "memory");
+    }
+}
+
 // 64 rows per CTA, or in a one-request call short enough for the short layout
 // (short_layout.cuh) 16 of them (the rest padding).
 template <bool kBatchLayout>  // cta_place()
@@ -83,7 +109,10 @@ verify_rows_kernel(const VerifyParams p) {
   const uint32_t raw = smem_address(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;   // swizzled blocks start on 1024 bytes
   const uint32_t q_addr = base + kStages * kStageBytes;
-  uint32_t* draft_vis = reinterpret_cast<uint32_t*>(smem_raw + (q_addr + kQBytes - raw));
+#if !defined(KDTREE_ROW_MAX_EVERY_TILE)
+  const uint32_t p_block = q_addr + kQBytes;  // 1024-byte aligned
+#endif
+  uint32_t* draft_vis = reinterpret_cast<uint32_t*>(smem_raw + (q_addr + kQBytes + kPBytes - raw));
   float* row_max = reinterpret_cast<float*>(draft_vis + kDraftWords);  // [2][64]: this tile's, per warpgroup
   float* row_sum = row_max + 2 * kRows;                                // [2][64]: l of each warpgroup
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
@@ -172,48 +201,63 @@ verify_rows_kernel(const VerifyParams p) {
     for (int h = 0; h < 2; ++h) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      if (t == 0) row_max[wg * kRows + qrow[h]] = mx[h];
     }
-    __syncthreads();  // both QKs done (K is free), both halves' maxima in shared memory
-
-    // -- draft positions take their V from v_extend: copied over K's first 512 columns (it
-    // lands while the softmax runs)
     const bool draft_tile = j0 + kTile > prefix && j_end > prefix;
-    if (draft_tile) load_draft_values<TPR>(p, ext, stage, j0, j_end, load_r, load_c0);
-
-    float alpha[2], base_m[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // the same maximum in both warpgroups (fmaxf commutes)
-      const float new_m = raised_max(m_run[h], fmaxf(row_max[qrow[h]], row_max[kRows + qrow[h]]));
-      base_m[h] = new_m == -INFINITY ? 0.f : new_m;
-      alpha[h] = exp2_approx(m_run[h] - base_m[h]);
-      m_run[h] = new_m;
-    }
-    // this half of P (bf16) over the rope block, swizzled like Q: s[i], s[i + 1] go to row qrow[r % 2],
-    // positions 32 w + 8 (i / 4) + 2 t and + 1 (16-byte chunk 4 w + i / 4, bytes 4 t..4 t + 3)
-    const uint32_t p_block = stage + kRopeBlock * kBlockBytes;
     float sum[2] = {0.f, 0.f};
+#if defined(KDTREE_ROW_MAX_EVERY_TILE)
+    const uint32_t p_block = stage + kRopeBlock * kBlockBytes;
+    {
+#else
+    // -- a prefix tile that moves no row's running maximum (raised_max: every tile after a
+    // split's first on most data) needs no exchange of the halves' maxima: each warpgroup
+    // forms its half of P against m_run, which both hold, and one barrier both publishes P
+    // and tells whether any warp's maximum moved. Only then are the maxima exchanged and P
+    // formed again, as before; a split's first tile (whose scores set the maximum) and draft
+    // tiles (whose V copy waits for both QKs) exchange them at once. -DKDTREE_ROW_MAX_EVERY_TILE:
+    // every tile exchanges them (A/B).
+    bool exchange = draft_tile || it == 0;
+    if (!exchange) {
+      const bool moved = raised_max(m_run[0], mx[0]) != m_run[0] || raised_max(m_run[1], mx[1]) != m_run[1];
+      const float base_m[2] = {m_run[0] == -INFINITY ? 0.f : m_run[0], m_run[1] == -INFINITY ? 0.f : m_run[1]};
+      store_p_half(s, base_m, p_block, qrow, wg, t, sum);
+      wgmma::fence_shared_for_async();
+      exchange = __syncthreads_or(moved) != 0;  // all of P in shared memory; did a maximum move?
+      if (!exchange)
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk)
+        for (int h = 0; h < 2; ++h) l_run[h] += sum[h];  // alpha = 1: nothing to rescale
+    }
+    if (exchange) {
+      sum[0] = sum[1] = 0.f;
+#endif
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = 8 * kk + 2 * r;  // s[i], s[i + 1]: row lo/hi = r % 2
-        const float p0 = exp2_approx(s[i] - base_m[r & 1]);
-        const float p1 = exp2_approx(s[i + 1] - base_m[r & 1]);
-        sum[r & 1] += p0 + p1;
-        const uint32_t at = p_block + wgmma::swizzled(qrow[r & 1], 4 * wg + 2 * kk + (r >> 1)) + 4 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(at), "r"(pack_bf16(p0, p1)) : "memory");
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
-    // skipped when no row of this warp moved its maximum
-    if (rescales(__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
-#pragma unroll
-      for (int i = 0; i < kHalfDims / 2; ++i) acc[i] *= alpha[fragment_row_half(i)];
+      for (int h = 0; h < 2; ++h)
+        if (t == 0) row_max[wg * kRows + qrow[h]] = mx[h];
+      __syncthreads();  // both QKs done (K is free), both halves' maxima in shared memory
 
-    if (draft_tile) cp_async_wait<0>();  // the draft V rows landed (and the next tile's, if any)
-    wgmma::fence_shared_for_async();
-    __syncthreads();  // all of P (and the draft V rows) in shared memory
+      // -- draft positions take their V from v_extend: copied over K's first 512 columns (it
+      // lands while the softmax runs)
+      if (draft_tile) load_draft_values<TPR>(p, ext, stage, j0, j_end, load_r, load_c0);
+
+      float alpha[2], base_m[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the same maximum in both warpgroups (fmaxf commutes)
+        const float new_m = raised_max(m_run[h], fmaxf(row_max[qrow[h]], row_max[kRows + qrow[h]]));
+        base_m[h] = new_m == -INFINITY ? 0.f : new_m;
+        alpha[h] = exp2_approx(m_run[h] - base_m[h]);
+        m_run[h] = new_m;
+      }
+      store_p_half(s, base_m, p_block, qrow, wg, t, sum);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
+      // skipped when no row of this warp moved its maximum
+      if (rescales(__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
+#pragma unroll
+        for (int i = 0; i < kHalfDims / 2; ++i) acc[i] *= alpha[fragment_row_half(i)];
+
+      if (draft_tile) cp_async_wait<0>();  // the draft V rows landed (and the next tile's, if any)
+      wgmma::fence_shared_for_async();
+      __syncthreads();  // all of P (and the draft V rows) in shared memory
+    }
 
     // -- O += P . V over this warpgroup's 256 dims (4 k16 steps of N = 256)
     wgmma::fence();
