@@ -135,20 +135,16 @@ def build_inputs(case: VerifyCase, device: str | torch.device = "cuda") -> Verif
     draft_k[:, outliers] *= 4.0
     draft_v = randn(T, VALUE_DIM)
 
-    # attention sink: each request's first prefix token aligned with its queries
+    # attention sink: each request's first prefix token aligned with its queries; with
+    # prefix_jump also its token ctx - 10, as strongly as a boundary draft (scores jump there)
     offset = 1
     for b, p in enumerate(case.ctx):
         if p:
             direction = q[b * n:(b + 1) * n].mean(dim=(0, 1))
             keys[offset] = 3.0 * direction / direction.norm() * HEAD_DIM ** 0.5
-        offset += p
-    if case.prefix_jump:  # a late prefix key as strong as a boundary draft: scores jump there
-        offset = 1
-        for b, p in enumerate(case.ctx):
-            if p > 10:
-                direction = q[b * n:(b + 1) * n].mean(dim=(0, 1))
+            if case.prefix_jump and p > 10:
                 keys[offset + p - 10] = 6.0 * direction / direction.norm() * HEAD_DIM ** 0.5
-            offset += p
+        offset += p
     if case.boundary:
         for b in range(bs):
             rows = slice(b * n, (b + 1) * n)
