@@ -8,14 +8,12 @@
 // order. Either way each
 // output is rounded to bf16 once, and a row's splits are added in split order. Splits that
 // saw nothing (m = -inf) weigh 0 and their partial output, never written, is not read.
-// Weights are exact log2-domain exponentials; a partial value (fp16) is brought back to its
-// fp32 value by its chunk's power of two (exactly) before it is weighed (common/row_result.cuh). Both kernels read what decides whether they
+// Weights are exact log2-domain exponentials. Both kernels read what decides whether they
 // compute a row (qo_indptr) before they wait for the main kernel (TokenOwner); a batch that
 // kept the grid's own layout has fewer live slots than the workspace, which the main kernel
 // records in p.layout_flag (merged_slot()).
 #pragma once
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cstdint>
 
 #include "common/grid_dependency.cuh"
@@ -194,24 +192,6 @@ __device__ __forceinline__ SplitWeights split_weights(float m_lane, float l_lane
   return s;
 }
 
-// 2^e of chunk `chunk` of a partial row from its packed exponents (verify_params.h: one signed
-// byte per chunk, in [-114, 113]).
-__device__ __forceinline__ float chunk_scale(uint32_t exponents, int chunk) {
-  return exp2_int(static_cast<int8_t>(exponents >> (8 * chunk)));
-}
-
-// acc += w * x for the 4 fp16 values x in `packed`, w = the split's weight times its chunk's
-// scale (chunk_scale(): a power of two, so the product is exact and x is weighed as the fp32
-// value it stands for).
-__device__ __forceinline__ void add_weighted(float4* acc, float w, uint2 packed) {
-  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&packed.x));
-  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&packed.y));
-  acc->x += w * lo.x;
-  acc->y += w * lo.y;
-  acc->z += w * hi.x;
-  acc->w += w * hi.y;
-}
-
 // Two register budgets of one kernel (combine_ctas_per_sm picks one): at 4 CTAs per SM (63
 // registers) a batch's 8 float4 loads are all in flight; at 8 CTAs per SM (32 registers)
 // ptxas issues them one at a time, but twice the CTAs fit in one wave.
@@ -235,12 +215,10 @@ verify_combine_kernel(const VerifyParams p) {
   allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
   const int layout = has_batch_layout(p) ? *p.layout_flag : 1;  // loaded with the (m, l) below
   float ms = -INFINITY, ls = 0.f;
-  uint32_t exponents = 0;
   if (flat < stride && lane < kCombinePerWarp && my_split < p.num_splits) {
-    const float4 ml = *reinterpret_cast<const float4*>(p.ws_ml + (my_split * stride + flat) * kPartialScalars);
+    const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (my_split * stride + flat) * 2);
     ms = ml.x;
     ls = ml.y;
-    exponents = __float_as_uint(ml.z);
   }
   if (!merged_slot(p, layout, my_split)) {  // a slot this call did not write: weight 0
     ms = -INFINITY;
@@ -258,21 +236,22 @@ verify_combine_kernel(const VerifyParams p) {
     l_warp = sw.total;
     const float w_lane = sw.w_lane;
     const unsigned live = sw.live;
-    // this lane's split's weight times its scale for the chunk (0 for a dead split, whose
-    // exponents are not read)
-    const float w_scaled_lane = (live >> lane) & 1u ? w_lane * chunk_scale(exponents, chunk) : 0.f;
-    const int64_t split_stride = stride * kValueDim;  // values between two splits' partials
-    const __half* src = static_cast<const __half*>(p.ws_acc) + member * split_stride + flat * kValueDim +
-                        chunk * 128 + 4 * lane;
+    const int64_t split_stride = stride * kValueDim;  // floats between two splits' partials
+    const float* src = p.ws_acc + member * split_stride + flat * kValueDim + chunk * 128 + 4 * lane;
     const int64_t step = group_warps * split_stride;    // between this warp's splits
     for (int i0 = 0; i0 < kCombinePerWarp && (live >> i0); i0 += kCombineBatch, src += kCombineBatch * step) {
-      uint2 v[kCombineBatch];
+      float4 v[kCombineBatch];
 #pragma unroll
       for (int u = 0; u < kCombineBatch; ++u)  // a dead split's load is predicated off
-        v[u] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const uint2*>(src + u * step) : make_uint2(0u, 0u);
+        v[u] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const float4*>(src + u * step)
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
       for (int u = 0; u < kCombineBatch; ++u) {
-        add_weighted(&acc, __shfl_sync(0xffffffffu, w_scaled_lane, i0 + u), v[u]);  // 0 for a dead split
+        const float w = __shfl_sync(0xffffffffu, w_lane, i0 + u);  // 0 for a dead split
+        acc.x += w * v[u].x;
+        acc.y += w * v[u].y;
+        acc.z += w * v[u].z;
+        acc.w += w * v[u].w;
       }
     }
   }
@@ -326,12 +305,10 @@ verify_combine_rows_kernel(const VerifyParams p) {
   if (flat >= stride) return;  // warp-uniform; this kernel has no CTA barrier
   const int layout = has_batch_layout(p) ? *p.layout_flag : 1;  // loaded with the (m, l) below
   float ms = -INFINITY, ls = 0.f;
-  uint32_t exponents = 0;
   if (lane < p.num_splits) {  // loaded before the owner is known (in flight together)
-    const float4 ml = *reinterpret_cast<const float4*>(p.ws_ml + (lane * stride + flat) * kPartialScalars);
+    const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (lane * stride + flat) * 2);
     ms = ml.x;
     ls = ml.y;
-    exponents = __float_as_uint(ml.z);
   }
   if (!merged_slot(p, layout, lane)) {  // a slot this call did not write: weight 0
     ms = -INFINITY;
@@ -342,26 +319,29 @@ verify_combine_rows_kernel(const VerifyParams p) {
   const SplitWeights sw = split_weights(ms, ls);
   const float m = sw.m, total = sw.total, w_lane = sw.w_lane;
   const unsigned live = sw.live;
-  if (!((live >> lane) & 1u)) exponents = 0;  // a dead split's exponents are not read: scale 1
-  const int64_t split_stride = stride * kValueDim;  // values between two splits' partials
-  const __half* src = static_cast<const __half*>(p.ws_acc) + flat * kValueDim + 4 * lane;
+  const int64_t split_stride = stride * kValueDim;  // floats between two splits' partials
+  const float* src = p.ws_acc + flat * kValueDim + 4 * lane;
   float4 acc[kCombineChunks];
 #pragma unroll
   for (int c = 0; c < kCombineChunks; ++c) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int i0 = 0; i0 < kBatchSlotsFactor * kCombineRowSplits && (live >> i0); i0 += 2) {
-    uint2 v[2][kCombineChunks];
+    float4 v[2][kCombineChunks];
 #pragma unroll
     for (int u = 0; u < 2; ++u)
 #pragma unroll
       for (int c = 0; c < kCombineChunks; ++c)  // a dead split's loads are predicated off
-        v[u][c] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const uint2*>(src + (i0 + u) * split_stride + c * 128)
-                                          : make_uint2(0u, 0u);
+        v[u][c] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const float4*>(src + (i0 + u) * split_stride + c * 128)
+                                          : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const float w = __shfl_sync(0xffffffffu, w_lane, i0 + u);  // 0 for a dead split
-      const uint32_t split_exponents = __shfl_sync(0xffffffffu, exponents, i0 + u);
 #pragma unroll
-      for (int c = 0; c < kCombineChunks; ++c) add_weighted(&acc[c], w * chunk_scale(split_exponents, c), v[u][c]);
+      for (int c = 0; c < kCombineChunks; ++c) {
+        acc[c].x += w * v[u][c].x;
+        acc[c].y += w * v[u][c].y;
+        acc[c].z += w * v[u][c].z;
+        acc[c].w += w * v[u][c].w;
+      }
     }
   }
   const float inv = total > 0.f ? 1.f / total : 0.f;

@@ -5,8 +5,6 @@
 #pragma once
 #include <cstdint>
 
-#include "verify_params.h"
-
 namespace kdtree {
 
 constexpr int kBlockM = 32;   // portable path: query rows (draft token x head) per CTA
@@ -71,7 +69,7 @@ inline int64_t choose_num_splits(int64_t bs, int64_t row_blocks, int64_t total_r
   int64_t ctas = bs * row_blocks;
   int64_t splits = ceil_div(2 * num_sms, ctas > 0 ? ctas : 1);
   if (splits > kMaxSplits) splits = kMaxSplits;
-  int64_t per_split = total_rows * kPartialRowBytes;
+  int64_t per_split = total_rows * (512 + 2) * 4;
   while (splits > 1 && splits * per_split > workspace_budget_bytes) --splits;
   return splits < 1 ? 1 : splits;
 }
@@ -87,7 +85,7 @@ inline int64_t choose_num_splits_tiled(int64_t bs, int64_t row_blocks, int64_t t
   int64_t ctas = bs * row_blocks > 0 ? bs * row_blocks : 1;
   int64_t limit = 2 * ceil_div(num_sms, ctas);
   if (limit > kMaxSplitsTiled) limit = kMaxSplitsTiled;
-  int64_t per_split = total_rows * kPartialRowBytes;
+  int64_t per_split = total_rows * (512 + 2) * 4;
   auto time = [&](int64_t s) {
     return static_cast<double>(ceil_div(ctas * s, num_sms)) * (1.0 / static_cast<double>(s) + kCtaFixedCost);
   };

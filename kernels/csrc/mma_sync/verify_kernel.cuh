@@ -11,7 +11,6 @@
 // to ~16 bits and the output is rounded to bf16 once.
 #pragma once
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cstdint>
 
 #include "../common/grid_dependency.cuh"
@@ -228,20 +227,6 @@ verify_mma_kernel(const VerifyParams p) {
     l_b += __shfl_xor_sync(0xffffffff, l_b, off);
   }
 
-  // with splits, the exponents of this warp's two chunks (2 ch, 2 ch + 1: columns i < 16,
-  // i >= 16) of each row (common/row_result.cuh), over the quad
-  int exponent[2][2] = {};  // [half][chunk]
-  if (p.num_splits > 1)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        float amax = finite_abs_max<32>([&](int k) { return acc[16 * q + k / 2][half * 2 + k % 2]; });
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, 2));
-        exponent[half][q] = partial_chunk_exponent(amax);
-      }
-
   // -- write: final output (one split) or the split's partial state
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -260,14 +245,11 @@ verify_mma_kernel(const VerifyParams p) {
             *reinterpret_cast<__nv_bfloat162*>(out + i * 8) =
                 __floats2bfloat162_rn(acc[i][half * 2] * inv, acc[i][half * 2 + 1] * inv);
         },
-        [&](__half* dst, int8_t* exponents) {
-          const float inv_scale[2] = {exp2_int(-exponent[half][0]), exp2_int(-exponent[half][1])};
+        [&](float* dst) {
+          float* ws = dst + d0;
 #pragma unroll
           for (int i = 0; i < kColTiles; ++i)
-            store_partial_pair(dst, d0 + i * 8, acc[i][half * 2], acc[i][half * 2 + 1], inv_scale[i / 16]);
-          if (t == 0)
-            *reinterpret_cast<uint16_t*>(exponents + 2 * ch) =
-                static_cast<uint16_t>((exponent[half][0] & 0xff) | ((exponent[half][1] & 0xff) << 8));
+            *reinterpret_cast<float2*>(ws + i * 8) = make_float2(acc[i][half * 2], acc[i][half * 2 + 1]);
         });
   }
 }

@@ -14,7 +14,6 @@
 // less use the portable path (mma_sync/verify_kernel.cuh).
 #pragma once
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cstdint>
 
 #include "../common/grid_dependency.cuh"
@@ -317,22 +316,6 @@ verify_tiled_kernel(const VerifyParams p) {
     l_b += red_sum[c * BM + lr_b];
   }
 
-  // with splits, the exponents of this warp's chunks (cs * kWarpChunks + q: columns 16 q <= i
-  // < 16 q + 16) of each row (common/row_result.cuh), over the quad
-  constexpr int kWarpChunks = T::kCols / 128;
-  static_assert(T::kCols % 128 == 0, "a warp's columns are whole 128-column chunks");
-  int exponent[2][kWarpChunks] = {};  // [half][chunk]
-  if (p.num_splits > 1)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int q = 0; q < kWarpChunks; ++q) {
-        float amax = finite_abs_max<32>([&](int k) { return acc[16 * q + k / 2][half * 2 + k % 2]; });
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, 2));
-        exponent[half][q] = partial_chunk_exponent(amax);
-      }
-
   // -- write: final output (one split) or the split's partial state
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -350,14 +333,11 @@ verify_tiled_kernel(const VerifyParams p) {
             *reinterpret_cast<__nv_bfloat162*>(out + i * 8) =
                 __floats2bfloat162_rn(acc[i][half * 2] * inv, acc[i][half * 2 + 1] * inv);
         },
-        [&](__half* dst, int8_t* exponents) {
+        [&](float* dst) {
+          float* ws = dst + d0;
 #pragma unroll
           for (int i = 0; i < T::kColTiles; ++i)
-            store_partial_pair(dst, d0 + i * 8, acc[i][half * 2], acc[i][half * 2 + 1],
-                               exp2_int(-exponent[half][i / 16]));
-          if (t == 0)
-#pragma unroll
-            for (int q = 0; q < kWarpChunks; ++q) exponents[cs * kWarpChunks + q] = static_cast<int8_t>(exponent[half][q]);
+            *reinterpret_cast<float2*>(ws + i * 8) = make_float2(acc[i][half * 2], acc[i][half * 2 + 1]);
         });
   }
 }

@@ -57,7 +57,7 @@ __device__ __forceinline__ bool enter_short_layout(const VerifyParams& p, const 
     row_token_head(row, p.heads, &tok, &head);
     for (int64_t d = c->split + splits; d < p.num_splits; d += splits)  // this row's splits past S
       write_row_result(p, d, ext.qo_start + tok, head, -INFINITY, 0.f, true, [](__nv_bfloat16*, float) {},
-                       [](__half*, int8_t*) {});
+                       [](float*) {});
   }
 #endif
   return true;

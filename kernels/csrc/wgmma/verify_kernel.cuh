@@ -20,7 +20,6 @@
 // Split-KV partial states have the same format as the other paths (combine.cuh).
 #pragma once
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cstdint>
 #include <utility>
 
@@ -33,7 +32,6 @@
 #include "../verify_params.h"
 #include "kv_staging.cuh"
 #include "running_max.cuh"
-#include "staged_rows.cuh"
 
 namespace kdtree {
 namespace wgmma_path {
@@ -45,7 +43,7 @@ struct Shape {
   static constexpr int kQBlockBytes = kRows * 128;
   static constexpr int kQBytes = kColBlocks * kQBlockBytes;
   static constexpr int kPBytes = NW * 128;                // one warpgroup's P^T
-  static constexpr int kRedFloats = MWG * 4 * NW * (1 + kPartialChunks);  // row sums, chunk maxima
+  static constexpr int kRedFloats = MWG * 4 * NW;
   static constexpr int kDraftWords = 2 * kMaxDraft;       // draft visibility: 2 words per draft token
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes +
                                     MWG * kPBytes + kRedFloats * 4 + kDraftWords * 4;
@@ -54,7 +52,6 @@ struct Shape {
   static_assert(NW == 16, "rows per warpgroup (64-row CTAs take the rows kernel)");
   static_assert(MWG >= 1 && MWG <= WGS, "math warpgroups: some or all of the CTA's");
   static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
-  static_assert(MWG * NW * kStagedRowBytes <= kStageBytes, "the staged partial rows fit in one KV stage");
 };
 
 // Visibility of this thread's score elements in a tile that is not all prefix: bit k for
@@ -116,7 +113,6 @@ verify_wgmma_kernel(const VerifyParams p) {
   const uint32_t p_addr_uniform = q_addr + S::kQBytes + wg_uniform * S::kPBytes;
   float* red = reinterpret_cast<float*>(smem_raw + (q_addr + S::kQBytes + MWG * S::kPBytes - raw));
   float* red_wg = red + wg * 4 * NW;
-  float* red_chunk_max = red + MWG * 4 * NW + wg * 4 * NW * kPartialChunks;  // [warp][row][chunk]
   uint32_t* draft_vis = reinterpret_cast<uint32_t*>(red + S::kRedFloats);
 
   const int64_t H = p.heads;
@@ -289,9 +285,7 @@ verify_wgmma_kernel(const VerifyParams p) {
   allow_dependents_at_epilogue(half_idle);
   if (!math_wg) return;
 
-  // -- row sums: over the lanes that share a row, then over the warpgroup's four warps; with
-  // splits, each row's chunk maxima (partial_chunk_exponent()) the same way: this thread holds
-  // columns 16 warp + g + 64 mt (+ 8) of chunk mt / 2
+  // -- row sums: over the lanes that share a row, then over the warpgroup's four warps
 #pragma unroll
   for (int jj = 0; jj < J; ++jj)
 #pragma unroll
@@ -300,98 +294,47 @@ verify_wgmma_kernel(const VerifyParams p) {
       for (int off = 4; off < 32; off <<= 1)
         l_run[jj][c] += __shfl_xor_sync(0xffffffff, l_run[jj][c], off);
     }
-  float chunk_max[J][2][kPartialChunks] = {};
-  if (p.num_splits > 1)
-#pragma unroll
-    for (int jj = 0; jj < J; ++jj)
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-#pragma unroll
-        for (int q = 0; q < kPartialChunks; ++q) {
-          float amax = finite_abs_max<4>([&](int i) { return acc[2 * q + i / 2][4 * jj + 2 * (i % 2) + c]; });
-#pragma unroll
-          for (int off = 4; off < 32; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, off));
-          chunk_max[jj][c][q] = amax;
-        }
   wgmma::named_barrier(1 + wg, 128);  // the last tile's maxima were read
   if (g == 0)
 #pragma unroll
     for (int jj = 0; jj < J; ++jj)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int n = 8 * jj + 2 * t + c;
-        red_wg[warp * NW + n] = l_run[jj][c];
-#pragma unroll
-        for (int q = 0; q < kPartialChunks; ++q) red_chunk_max[(warp * NW + n) * kPartialChunks + q] = chunk_max[jj][c][q];
-      }
+      for (int c = 0; c < 2; ++c) red_wg[warp * NW + 8 * jj + 2 * t + c] = l_run[jj][c];
   wgmma::named_barrier(1 + wg, 128);
 
-  // -- write: final output (one split), each thread its own columns; or the split's partial
-  // state, staged in the KV stage the last tile did not use (free since the last tile's
-  // barrier: this warpgroup's NW rows at NW x kStagedRowBytes x wg) and written by whole rows
-  if (p.num_splits == 1) {
-#pragma unroll
-    for (int jj = 0; jj < J; ++jj)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        if (!((valid_bits >> (4 * jj + c)) & 1u)) continue;
-        const int n = 8 * jj + 2 * t + c;
-        const float l = red_wg[n] + red_wg[NW + n] + red_wg[2 * NW + n] + red_wg[3 * NW + n];
-        int64_t tk, h;
-        row_token_head(row0 + wg * NW + n, H, &tk, &h);
-        const int d0 = 16 * warp + g;  // this thread's columns: d0 + 64 mt, + 8
-        write_row_result(
-            p, split, tk + qo_start, h, m_run[jj][c], l, warp == 0 && g == 0,
-            [&](bf16* dst, float inv) {
-              bf16* out = dst + d0;
-#pragma unroll
-              for (int mt = 0; mt < kValueBlocks; ++mt) {
-                out[mt * 64] = __float2bfloat16_rn(acc[mt][4 * jj + c] * inv);
-                out[mt * 64 + 8] = __float2bfloat16_rn(acc[mt][4 * jj + 2 + c] * inv);
-              }
-            },
-            [](__half*, int8_t*) {});
-      }
-    return;
-  }
-  unsigned char* staging = smem_raw + (base + static_cast<uint32_t>(num_tiles & 1) * kStageBytes - raw) +
-                           wg * NW * kStagedRowBytes;
+  // -- write: final output (one split) or the split's partial state
 #pragma unroll
   for (int jj = 0; jj < J; ++jj)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       if (!((valid_bits >> (4 * jj + c)) & 1u)) continue;
       const int n = 8 * jj + 2 * t + c;
-      unsigned char* row = staging + n * kStagedRowBytes;
-      __half* values = reinterpret_cast<__half*>(row);
+      const float l = red_wg[n] + red_wg[NW + n] + red_wg[2 * NW + n] + red_wg[3 * NW + n];
+      const float m = m_run[jj][c];
+      const int64_t row = row0 + wg * NW + n;
+      int64_t tk, h;
+      row_token_head(row, H, &tk, &h);
+      tk += qo_start;
       const int d0 = 16 * warp + g;  // this thread's columns: d0 + 64 mt, + 8
-      uint32_t packed = 0;
+      write_row_result(
+          p, split, tk, h, m, l, warp == 0 && g == 0,
+          [&](bf16* dst, float inv) {
+            bf16* out = dst + d0;
 #pragma unroll
-      for (int q = 0; q < kPartialChunks; ++q) {
-        float amax = red_chunk_max[n * kPartialChunks + q];
+            for (int mt = 0; mt < kValueBlocks; ++mt) {
+              out[mt * 64] = __float2bfloat16_rn(acc[mt][4 * jj + c] * inv);
+              out[mt * 64 + 8] = __float2bfloat16_rn(acc[mt][4 * jj + 2 + c] * inv);
+            }
+          },
+          [&](float* dst) {
+            float* ws = dst + d0;
 #pragma unroll
-        for (int w = 1; w < 4; ++w) amax = fmaxf(amax, red_chunk_max[(w * NW + n) * kPartialChunks + q]);
-        const int e = partial_chunk_exponent(amax);
-        packed |= static_cast<uint32_t>(e & 0xff) << (8 * q);
-        const float inv_scale = exp2_int(-e);
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int mt = 2 * q + u;
-          values[d0 + mt * 64] = __float2half_rn(acc[mt][4 * jj + c] * inv_scale);
-          values[d0 + mt * 64 + 8] = __float2half_rn(acc[mt][4 * jj + 2 + c] * inv_scale);
-        }
-      }
-      if (warp == 0 && g == 0)
-        *reinterpret_cast<float4*>(row + kValueDim * 2) = make_float4(m_run[jj][c], 0.f, __uint_as_float(packed), 0.f);
+            for (int mt = 0; mt < kValueBlocks; ++mt) {
+              ws[mt * 64] = acc[mt][4 * jj + c];
+              ws[mt * 64 + 8] = acc[mt][4 * jj + 2 + c];
+            }
+          });
     }
-  wgmma::named_barrier(1 + wg, 128);  // the warpgroup's rows staged
-#pragma unroll 1
-  for (int n = warp; n < NW && row0 + wg * NW + n < rows; n += 4) {
-    int64_t tk, h;
-    row_token_head(row0 + wg * NW + n, H, &tk, &h);
-    copy_out_staged_row(p, staging, n, partial_row(split, p.total_tokens, p.heads, qo_start + tk, h),
-                        red_wg[n] + red_wg[NW + n] + red_wg[2 * NW + n] + red_wg[3 * NW + n], lane);
-  }
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif

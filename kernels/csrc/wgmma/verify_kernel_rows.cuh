@@ -54,7 +54,6 @@ constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + 
                            4 * kRows * 4 /* row maxima and sums of each warpgroup */;
 constexpr int kThreadsPerRow = kThreads / kTile;        // KV tile copies
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
-static_assert(kRows * kStagedRowBytes <= kQBytes, "the staged partial rows fit where Q was");
 
 // S_w = Q . K_w^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units;
 // k_desc addresses the warpgroup's 32 positions (rows 32 w.. of each block).
@@ -274,8 +273,7 @@ verify_rows_kernel(const VerifyParams p) {
   allow_dependents_at_epilogue(half_idle);
 
   // -- row sums over the quad and both warpgroups; the output rows or the split's partial state
-  write_row_halves(p, split, row0, row_end, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum,
-                   smem_raw + (q_addr - raw), wg, t, [] { __syncthreads(); });
+  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t, [] { __syncthreads(); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif

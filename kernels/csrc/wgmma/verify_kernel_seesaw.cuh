@@ -59,7 +59,6 @@ constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + 
                            4 * 8 /* full and empty barriers per stage */ + 4 * kRows * 4 /* m_a, m_b; row sums */ +
                            kDraftWords * 4;
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
-static_assert(kRows * kStagedRowBytes <= kQBytes, "the staged partial rows fit where Q was");
 static_assert(kStages == 2, "a pair of tiles: stage 0 holds tile a, stage 1 tile b");
 
 // S = Q . K^T over 576 dims for a whole tile: step i = (column block i / 4, k16 step i % 4),
@@ -377,8 +376,8 @@ verify_seesaw_kernel(const VerifyParams p) {
   allow_dependents_at_epilogue(half_idle);
 
   // -- row sums over the quad and both warpgroups; the output rows or the split's partial state
-  write_row_halves(p, split, row0, rows, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum,
-                   smem_raw + (q_addr - raw), wg, t, [] { wgmma::named_barrier(3, kConsumers); });
+  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t,
+                   [] { wgmma::named_barrier(3, kConsumers); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif
