@@ -6,8 +6,7 @@ import ctypes
 import pytest
 
 from kdtree import build
-from kdtree.verify_op import (PATH_NAMES, PATHS, VerifyParams, declare_abi, lengths_uneven, partial_layout,
-                              partials_fp16)
+from kdtree.verify_op import PATH_NAMES, PATHS, VerifyParams, declare_abi, lengths_uneven
 
 H200_SMEM, SM120_SMEM = 232448, 101376   # opt-in shared memory per block (bytes)
 BUDGET = 512 << 20
@@ -92,77 +91,12 @@ def test_one_row_block_takes_one_split_per_sm(lib, request_path, sms):
         assert code == 0 and row_blocks == 1 and splits == base == sms
 
 
-def partial_row_bytes(lib) -> int:
-    """Workspace bytes per query row and slot: the partial values and their 32-bit scalars."""
-    value_bytes, scalars = partial_layout(lib)
-    return value_bytes + 4 * scalars
-
-
-def test_the_workspace_holds_fp32_values_and_four_scalars(lib):
-    # room for 512 fp32 values (the larger format); m, l, the four chunks' exponents of fp16
-    # values and one unused word (verify_params.h)
-    assert partial_layout(lib) == (512 * 4, 4)
-
-
-PATH_CODES = {name: code for code, name in PATH_NAMES.items()}
-
-
-@pytest.mark.parametrize("path", ["portable", "tiled-32", "tiled-64", "wgmma-16", "wgmma-32"])
-def test_only_the_64_row_kernels_write_fp16_partials(lib, path):
-    assert not partials_fp16(PATH_CODES[path], 132, 1 << 20, 1 << 40, lib)
-
-
-# (splits, rows, fewest prefix positions for fp16 or None: fp32 at any length): fp16 from 16 MiB
-# of fp32 values with 16 splits or more, once they and the prefix KV (1,152 bytes a position)
-# reach 24 MiB (split_plan.h)
-FP16_THRESHOLDS = [
-    (132, 64, 6827),           # 16.5 MiB of values: 7.5 MiB of KV to go
-    (16, 512, 7282),           # exactly 16 MiB
-    (16, 511, None),           # just below 16 MiB
-    (15, 1024, None),          # 30 MiB of values, but too few splits
-    (66, 256, 0),              # 33 MiB of values: fp16 at any length
-    (16, 1 << 25, 0),          # more rows than the threshold has bytes
-    (1, 1 << 20, None),        # one split writes no partial state
-]
-
-
-@pytest.mark.parametrize("splits, rows, min_kv", FP16_THRESHOLDS)
-def test_fp16_partials_past_the_threshold(lib, splits, rows, min_kv):
-    code = PATH_CODES["wgmma-64"]
-    if min_kv is None:
-        assert not partials_fp16(code, splits, rows, 1 << 40, lib)
-        return
-    assert partials_fp16(code, splits, rows, min_kv, lib)
-    if min_kv > 0:
-        assert not partials_fp16(code, splits, rows, min_kv - 1, lib)
-
-
-@pytest.mark.parametrize("args, name", [((5, 132, 64, -1), "prefix_positions"), ((5, 132, 1.5, 0), "rows"),
-                                        ((-1, 132, 64, 0), "path")])
-def test_partials_fp16_refuses_bad_arguments_by_name(lib, args, name):
-    with pytest.raises(ValueError, match=f"{name} must be an int"):
-        partials_fp16(*args, lib=lib)
-
-
-@pytest.mark.parametrize("args", [(6, 132, 64, 0), (5, 193, 64, 0), (5, 0, 64, 0), (5, 132, 0, 0)])
-def test_partials_fp16_passes_on_what_the_library_refuses(lib, args):
-    with pytest.raises(ValueError, match="the library refused"):
-        partials_fp16(*args, lib=lib)
-
-
-def test_a_library_without_the_layout_call_has_fp32_partials():
-    # an older tree, launched by a same-run A/B, gets the workspace it writes
-    assert partial_layout(object()) == (512 * 4, 2)
-
-
 def test_workspace_budget_bounds_the_splits(lib):
     code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=0)
     assert code == 0 and splits == 1
     rows = 16 * 8
-    code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=3 * rows * partial_row_bytes(lib))
-    assert code == 0 and 2 <= splits <= 3
-    code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=3 * rows * partial_row_bytes(lib) - 1)
-    assert code == 0 and splits <= 2
+    code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=3 * rows * 514 * 4)
+    assert splits <= 3
 
 
 @pytest.mark.parametrize("args", [(0, 8, 4), (1, 0, 4), (1, 8, 0), (1, 8, 65), (1, (1 << 20) + 1, 1)])
@@ -180,19 +114,17 @@ def test_one_full_wave_beats_two_waves_of_half_the_work(lib, bs, heads, n):
     assert slots == (32 if bs > 1 else 16)  # a batch's workspace: twice the grid's splits (split_plan.h)
 
 
-@pytest.mark.parametrize("bs, heads, n, path, budget_rows, batch_layout", [
-    (32, 8, 16, "auto", None, True),       # 64 row blocks x 2 splits: 4 slots per request
-    (32, 8, 16, "tiled", None, True),
-    (32, 16, 4, "auto", None, True),       # 32 row blocks x 4 splits: 8 slots
-    (4, 8, 16, "auto", None, True),        # 16 splits per request: 32 slots, the grid unchanged
-    (1, 8, 16, "auto", None, False),       # one request: nothing to balance
-    (128, 16, 4, "auto", None, False),     # one split per request: no combine is added for it
-    (32, 8, 16, "portable", None, False),  # the portable path plans its own splits
-    (32, 8, 16, "auto", 3 * 32 * 128, False),  # 2 x 2 slots would pass the workspace budget
+@pytest.mark.parametrize("bs, heads, n, path, budget, batch_layout", [
+    (32, 8, 16, "auto", BUDGET, True),       # 64 row blocks x 2 splits: 4 slots per request
+    (32, 8, 16, "tiled", BUDGET, True),
+    (32, 16, 4, "auto", BUDGET, True),       # 32 row blocks x 4 splits: 8 slots
+    (4, 8, 16, "auto", BUDGET, True),        # 16 splits per request: 32 slots, the grid unchanged
+    (1, 8, 16, "auto", BUDGET, False),       # one request: nothing to balance
+    (128, 16, 4, "auto", BUDGET, False),     # one split per request: no combine is added for it
+    (32, 8, 16, "portable", BUDGET, False),  # the portable path plans its own splits
+    (32, 8, 16, "auto", 3 * 32 * 128 * 514 * 4, False),  # 2 x 2 slots would pass the workspace budget
 ])
-def test_batches_get_twice_the_slots_for_the_batch_layout(lib, bs, heads, n, path, budget_rows, batch_layout):
-    # budget_rows: a budget of that many query rows' partial states (None: the default budget)
-    budget = BUDGET if budget_rows is None else budget_rows * partial_row_bytes(lib)
+def test_batches_get_twice_the_slots_for_the_batch_layout(lib, bs, heads, n, path, budget, batch_layout):
     code, (_, slots, _, grid_splits) = plan(lib, bs, heads, n, request=path, budget=budget)
     assert code == 0 and grid_splits >= 1
     assert slots == (2 * grid_splits if batch_layout else grid_splits), f"slots {slots}, grid splits {grid_splits}"

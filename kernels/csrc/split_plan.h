@@ -5,8 +5,6 @@
 #pragma once
 #include <cstdint>
 
-#include "verify_params.h"
-
 namespace kdtree {
 
 constexpr int kBlockM = 32;   // portable path: query rows (draft token x head) per CTA
@@ -71,7 +69,7 @@ inline int64_t choose_num_splits(int64_t bs, int64_t row_blocks, int64_t total_r
   int64_t ctas = bs * row_blocks;
   int64_t splits = ceil_div(2 * num_sms, ctas > 0 ? ctas : 1);
   if (splits > kMaxSplits) splits = kMaxSplits;
-  int64_t per_split = total_rows * kPartialRowBytes;
+  int64_t per_split = total_rows * (512 + 2) * 4;
   while (splits > 1 && splits * per_split > workspace_budget_bytes) --splits;
   return splits < 1 ? 1 : splits;
 }
@@ -87,7 +85,7 @@ inline int64_t choose_num_splits_tiled(int64_t bs, int64_t row_blocks, int64_t t
   int64_t ctas = bs * row_blocks > 0 ? bs * row_blocks : 1;
   int64_t limit = 2 * ceil_div(num_sms, ctas);
   if (limit > kMaxSplitsTiled) limit = kMaxSplitsTiled;
-  int64_t per_split = total_rows * kPartialRowBytes;
+  int64_t per_split = total_rows * (512 + 2) * 4;
   auto time = [&](int64_t s) {
     return static_cast<double>(ceil_div(ctas * s, num_sms)) * (1.0 / static_cast<double>(s) + kCtaFixedCost);
   };
@@ -139,37 +137,6 @@ __host__ __device__ inline int64_t request_splits(int64_t length, int64_t total,
 // kernel) rather than in the batch layout; static sizes only.
 __host__ __device__ inline bool grid_balances(int64_t path, int64_t n_max, int64_t heads, int64_t bs) {
   return path == kPathWgmma64 && runs_seesaw(n_max, heads, bs);
-}
-
-// The format of a call's partial states (verify_params.h), from its static sizes and one
-// per-step number: fp16 values when the call's 64-row kernel (kPathWgmma64; the only one that
-// writes them) would write at least kFp16PartialsMinBytes of fp32 values with at least
-// kFp16PartialsMinSplits splits, and those bytes plus the batch's prefix KV (1152 bytes a
-// position) reach kFp16PartialsMinTraffic; else fp32. Below that the fp32 rows stay in L2 until
-// the combine reads them and fp16's scaling only adds work (H200, same-run A/B of both formats
-// over 146 cases: fp16 measured 0.90-0.98x with 8-32 rows or a 1k-4k prefix, 1.02-1.15x past
-// the threshold, docs/perf-h200-wgmma/experiments/README.md, Session 35). Returns the fewest
-// prefix positions (kv_indptr[bs] - kv_indptr[0]) that make the call fp16, or kFp32Always.
-// -DKDTREE_PARTIALS_FP32 / -DKDTREE_PARTIALS_FP16 fix the format of every 64-row call (A/B).
-constexpr int64_t kFp16PartialsMinSplits = 16;
-constexpr int64_t kFp16PartialsMinBytes = int64_t{16} << 20;
-constexpr int64_t kFp16PartialsMinTraffic = int64_t{24} << 20;
-constexpr int64_t kKvBytesPerPosition = 576 * 2;
-constexpr int64_t kFp32Always = INT64_MAX;
-__host__ __device__ inline int64_t partials_fp16_min_kv(int64_t path, int64_t num_splits, int64_t rows) {
-  if (path != kPathWgmma64 || num_splits < 2) return kFp32Always;
-#if defined(KDTREE_PARTIALS_FP16)
-  return 0;
-#elif defined(KDTREE_PARTIALS_FP32)
-  return kFp32Always;
-#else
-  if (num_splits < kFp16PartialsMinSplits || rows < 1) return kFp32Always;
-  if (rows >= kFp16PartialsMinTraffic) return 0;  // past the threshold at any split count (and no overflow below)
-  const int64_t fp32_bytes = num_splits * rows * kValueDim * 4;  // < 2^8 x 2^25 x 2^11
-  if (fp32_bytes < kFp16PartialsMinBytes) return kFp32Always;
-  const int64_t short_by = kFp16PartialsMinTraffic - fp32_bytes;
-  return short_by <= 0 ? 0 : ceil_div(short_by, kKvBytesPerPosition);
-#endif
 }
 
 // KV positions [begin, end) of split `split` for a request of `length` positions: equal

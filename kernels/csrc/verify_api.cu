@@ -139,7 +139,7 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
   const bool balanced = kdtree::grid_balances(path, n_max, heads, bs);
   const int64_t factor = balanced ? kdtree::kBalanceFactor : kdtree::kBatchSlotsFactor;
   if (path != kdtree::kPathPortable && bs > 1 && splits >= 2 && (!balanced || splits <= kdtree::kBalanceMaxBase) &&
-      splits * factor <= kdtree::kMaxSplitsTiled && splits * factor * bs * rows * kdtree::kPartialRowBytes <= workspace_budget_bytes)
+      splits * factor <= kdtree::kMaxSplitsTiled && splits * factor * bs * rows * (512 + 2) * 4 <= workspace_budget_bytes)
     slots = splits * factor;
 #endif
   out[0] = path;
@@ -175,24 +175,6 @@ int kdtree_combine_shape(int64_t rows, int64_t num_splits, int64_t num_sms, int6
   out[1] = c.ctas;
   out[2] = c.ctas_per_sm;
   return 0;
-}
-
-// The workspace of a split call per query row and slot (verify_params.h): writes {bytes of
-// partial values (ws_acc; fp32, the larger format), 32-bit scalars (ws_ml)} to `out`.
-void kdtree_partial_layout(int64_t* out) {
-  out[0] = kdtree::kValueDim * 4;
-  out[1] = kdtree::kPartialScalars;
-}
-
-// The fewest prefix positions of a batch (kv_indptr[bs] - kv_indptr[0]) that make a call of
-// KernelPath `path`, `num_splits` workspace slots and `rows` query rows (T x H) write fp16
-// partial states (split_plan.h: partials_fp16_min_kv()); INT64_MAX: fp32 at any length; -1 on
-// a bad argument.
-int64_t kdtree_partials_fp16_min_kv(int64_t path, int64_t num_splits, int64_t rows) {
-  if (path < kdtree::kPathPortable || path > kdtree::kPathWgmma64 || num_splits < 1 ||
-      num_splits > kdtree::kMaxSplitsTiled || rows < 1)
-    return -1;
-  return kdtree::partials_fp16_min_kv(path, num_splits, rows);
 }
 
 // Launch part of a call: 0 = all of it (main kernel, then the combine when KV is split),

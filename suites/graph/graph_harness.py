@@ -12,13 +12,11 @@ CAPACITY = VerifyCase(ctx=(4096, 4096, 4096), n=16, heads=8, indptr_dtype="int64
 
 
 class StaticBatch:
-    """Static buffers sized for ``capacity`` (default CAPACITY); ``load`` copies a smaller
-    batch into them the way SGLang's graph runner does (padding requests get seq_len 1 at
-    slot 0)."""
+    """Static buffers sized for CAPACITY; ``load`` copies a smaller batch into them the
+    way SGLang's graph runner does (padding requests get seq_len 1 at slot 0)."""
 
-    def __init__(self, device, capacity: VerifyCase = CAPACITY):
-        cap = build_inputs(capacity, device)
-        self.capacity = capacity
+    def __init__(self, device):
+        cap = build_inputs(CAPACITY, device)
         self.inputs = cap
         self.o = cap.new_output()
         self.mask_capacity = cap.custom_mask.numel()
@@ -26,9 +24,9 @@ class StaticBatch:
     def load(self, case: VerifyCase, device) -> None:
         new = build_inputs(case, device)
         cap = self.inputs
-        bs_cap, n = len(self.capacity.ctx), self.capacity.n
+        bs_cap, n = len(CAPACITY.ctx), CAPACITY.n
         bs = len(case.ctx)
-        assert case.n == n and bs <= bs_cap and case.heads == self.capacity.heads
+        assert case.n == n and bs <= bs_cap and case.heads == CAPACITY.heads
         T = bs * n
         cap.q[:T].copy_(new.q)
         cap.k_extend[:T].copy_(new.k_extend)

@@ -1,9 +1,7 @@
 """Graph layer: the candidate captured in a CUDA graph at capacity replays bitwise equal
 to eager runs after new lengths, trees and slots are written into the static buffers;
 two graphs share one memory pool; capture allocates nothing and does not synchronize; a
-graph captured before the kernel's split workspace grew still replays correctly; one graph
-replays right on both sides of the partial-format threshold (the format follows each step's
-lengths on the device)."""
+graph captured before the kernel's split workspace grew still replays correctly."""
 
 import pytest
 import torch
@@ -83,40 +81,3 @@ def test_graph_captured_before_the_workspace_grew_still_replays(candidate, cuda_
     torch.cuda.synchronize()
     assert torch.equal(out.view(torch.int16), expected.view(torch.int16)), "replay after the growth differs"
     assert all(bool((f == 7.0).all()) for f in fillers), "the earlier graph wrote into memory handed out since"
-
-
-def test_one_graph_replays_on_both_sides_of_the_partial_format_threshold(candidate, cuda_device):
-    """64 rows, 132 splits on the H200: a 3,000-position prefix takes fp32 partial states, a
-    20,000-position one fp16 (split_plan.h: partials_fp16_min_kv()), a choice made on the device
-    from kv_indptr. Captured once, the graph must replay each step bitwise like an eager call,
-    the format switching between replays."""
-    capacity = VerifyCase(ctx=(20000,), n=8, heads=8, indptr_dtype="int64", mask_dtype="uint8", seed=63)
-    steps = [VerifyCase(ctx=(ctx,), n=8, heads=8, indptr_dtype="int64", mask_dtype="uint8", seed=64 + i)
-             for i, ctx in enumerate((3000, 20000, 3000))]
-    if candidate.name == "kdtree":
-        from kdtree.verify_op import partials_fp16, plan
-
-        splits, _, path, _ = plan(1, 8, 8, cuda_device)
-        formats = [partials_fp16(path, splits, 64, step.ctx[0]) for step in steps]
-        if formats != [False, True, False]:
-            pytest.skip(f"not run: this GPU plans {splits} splits (path {path}) for 64 rows, whose partial "
-                        f"formats are {formats} at 3k/20k/3k, not fp32/fp16/fp32")
-    batch = StaticBatch(cuda_device, capacity)
-    args, kwargs = batch.inputs.call_args(batch.o)
-    candidate(*args, **kwargs)  # warm-up outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        candidate(*args, **kwargs)
-    for step in steps:
-        batch.load(step, cuda_device)
-        batch.o.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        replayed = batch.o.clone()
-        batch.o.fill_(float("nan"))
-        candidate(*args, **kwargs)
-        torch.cuda.synchronize()
-        assert not torch.isnan(replayed.float()).any(), f"{step.id}: the replay left rows unwritten"
-        differs = int((replayed.view(torch.int16) != batch.o.view(torch.int16)).sum())
-        assert differs == 0, f"{step.id}: replay differs from eager in {differs} elements"

@@ -24,7 +24,6 @@
 
 #include "../common/grid_dependency.cuh"
 #include "../common/mma.cuh"
-#include "../common/partial_format.cuh"
 #include "../common/request_extent.cuh"
 #include "../common/wgmma.cuh"
 #include "../split_plan.h"
@@ -55,7 +54,6 @@ constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + 
                            4 * kRows * 4 /* row maxima and sums of each warpgroup */;
 constexpr int kThreadsPerRow = kThreads / kTile;        // KV tile copies
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
-static_assert(kRows * kStagedRowBytes <= kQBytes, "the staged partial rows fit where Q was");
 
 // S_w = Q . K_w^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units;
 // k_desc addresses the warpgroup's 32 positions (rows 32 w.. of each block).
@@ -126,7 +124,6 @@ verify_rows_kernel(const VerifyParams p) {
   if (!cta_work(p, coord, request, block_rows, kMinChunkWgmma, kTile, &work)) return;
   const auto& [ext, rows, row0, length, split, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
-  const bool fp16_partials = partials_fp16(p);  // the partial format, loaded long before it is used
   const int64_t row_end = rows < row0 + block_rows ? rows : row0 + block_rows;  // past it: padding
 
   // this thread's rows of the block, qrow[0] = 16 warp + g (s[4k], s[4k + 1]) and qrow[0] + 8
@@ -276,8 +273,7 @@ verify_rows_kernel(const VerifyParams p) {
   allow_dependents_at_epilogue(half_idle);
 
   // -- row sums over the quad and both warpgroups; the output rows or the split's partial state
-  write_row_halves(p, split, row0, row_end, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum,
-                   smem_raw + (q_addr - raw), fp16_partials, wg, t, [] { __syncthreads(); });
+  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t, [] { __syncthreads(); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif

@@ -33,7 +33,6 @@
 #include "../common/grid_dependency.cuh"
 #include "../common/mbarrier.cuh"
 #include "../common/mma.cuh"
-#include "../common/partial_format.cuh"
 #include "../common/request_extent.cuh"
 #include "../common/wgmma.cuh"
 #include "../split_plan.h"
@@ -60,7 +59,6 @@ constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + 
                            4 * 8 /* full and empty barriers per stage */ + 4 * kRows * 4 /* m_a, m_b; row sums */ +
                            kDraftWords * 4;
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
-static_assert(kRows * kStagedRowBytes <= kQBytes, "the staged partial rows fit where Q was");
 static_assert(kStages == 2, "a pair of tiles: stage 0 holds tile a, stage 1 tile b");
 
 // S = Q . K^T over 576 dims for a whole tile: step i = (column block i / 4, k16 step i % 4),
@@ -191,7 +189,6 @@ verify_seesaw_kernel(const VerifyParams p) {
   if (!cta_work_in_balanced_grid(p, kRows, kMinChunkWgmma, kTile, &work)) return;
   const auto& [ext, rows, row0, length, split, j_begin, j_end, mask_base, half_idle] = work;
   const int64_t prefix = ext.prefix, qo_start = ext.qo_start;
-  const bool fp16_partials = partials_fp16(p);  // the partial format, loaded long before it is used
 
   // this thread's rows of the block, qrow[0] = 16 warp + g (s[4k], s[4k + 1]) and qrow[0] + 8
   // (s[4k + 2], s[4k + 3]); their draft tokens (-1: padding)
@@ -379,8 +376,8 @@ verify_seesaw_kernel(const VerifyParams p) {
   allow_dependents_at_epilogue(half_idle);
 
   // -- row sums over the quad and both warpgroups; the output rows or the split's partial state
-  write_row_halves(p, split, row0, rows, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum,
-                   smem_raw + (q_addr - raw), fp16_partials, wg, t, [] { wgmma::named_barrier(3, kConsumers); });
+  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t,
+                   [] { wgmma::named_barrier(3, kConsumers); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif
