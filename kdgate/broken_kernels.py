@@ -17,6 +17,14 @@ layers can fail. Each is a candidate for ``--kernel kdgate.broken_kernels:NAME``
 * ``no_rescale``    built with KDTREE_FAULT_NO_RESCALE: the rows and 16/32-row kernels never
                     rescale O's accumulators when a row's running maximum moves (it moves only
                     past a margin, kernels/csrc/wgmma/running_max.cuh).
+* ``partial_unscaled`` built with KDTREE_FAULT_PARTIAL_UNSCALED: in a call that takes fp16
+                    partial states (a 64-row call past the format threshold, split_plan.h),
+                    every 128-column chunk of a split's partial row is stored at one fixed
+                    scale (2^0), not at its own power of two: large values overflow, small
+                    ones flush to zero.
+* ``call_format_ignored`` built with KDTREE_FAULT_CALL_FORMAT_IGNORED: the combine's fp16
+                    build reads every partial value as fp16, also from a one-request call the
+                    rows kernel ran in the short layout, which writes fp32 (split_plan.h).
 * ``stale_lengths`` the shipped kernel, but under CUDA-graph capture it reads a copy of
                     the request lengths (kv_indptr) taken at the last eager call, as a kernel
                     that bakes per-step data into the graph would: eager runs are right,
@@ -27,25 +35,17 @@ from __future__ import annotations
 
 import torch
 
-
-def _variant(defines: tuple[str, ...]):
-    def fwd(*args, **kwargs):
-        from kdtree.verify_op import launch_build
-
-        launch_build(defines, *args, **kwargs)
-        return True
-
-    fwd.writes_lse = True
-    fwd.static_checks = True
-    return fwd
+from kdgate.shipped_builds import build_with
 
 
-mask_shift = _variant(("KDTREE_FAULT_MASK_SHIFT",))
-drop_split = _variant(("KDTREE_FAULT_DROP_SPLIT",))
-short_layout_unmarked = _variant(("KDTREE_FAULT_SHORT_LAYOUT_UNMARKED",))
-batch_layout_unmarked = _variant(("KDTREE_FAULT_BATCH_LAYOUT_UNMARKED",))
-grid_layout_merges_all = _variant(("KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL",))
-no_rescale = _variant(("KDTREE_FAULT_NO_RESCALE",))
+mask_shift = build_with(("KDTREE_FAULT_MASK_SHIFT",))
+drop_split = build_with(("KDTREE_FAULT_DROP_SPLIT",))
+short_layout_unmarked = build_with(("KDTREE_FAULT_SHORT_LAYOUT_UNMARKED",))
+batch_layout_unmarked = build_with(("KDTREE_FAULT_BATCH_LAYOUT_UNMARKED",))
+grid_layout_merges_all = build_with(("KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL",))
+no_rescale = build_with(("KDTREE_FAULT_NO_RESCALE",))
+partial_unscaled = build_with(("KDTREE_FAULT_PARTIAL_UNSCALED",))
+call_format_ignored = build_with(("KDTREE_FAULT_CALL_FORMAT_IGNORED",))
 
 _STALE: dict[tuple, torch.Tensor] = {}
 

@@ -1,5 +1,5 @@
 """A reduced kernel matrix for compute-sanitizer (memcheck, racecheck): every code path
-(split and unsplit, every combine group size and batch count, ctx 0, mixed batches, chain
+(split and unsplit, both partial formats, every combine group size and batch count, ctx 0, mixed batches, chain
 without mask, LSE, padded requests, debug checks) once, each checked by the parity rule.
 Exit status 0 only if all pass. Every split case here takes the combine's 4-CTAs-per-SM
 build; its 8-per-SM build (the same source, other registers) needs a grid past one wave of
@@ -32,12 +32,18 @@ CASES = (
     VerifyCase(ctx=(700,), n=2, heads=8, seed=95),            # 16 rows: the wgmma path's 16-row blocks
     VerifyCase(ctx=(9000,), n=4, heads=8, seed=98),           # 32 rows: the wgmma path's 32-row blocks, split
     VerifyCase(ctx=(3000,), n=64, heads=8, seed=96),          # 8 row blocks: 16 splits, 2 combine warps per chunk
-    VerifyCase(ctx=(16800,), n=8, heads=8, seed=97),          # one split per SM (132 on the H200), each with KV
+    VerifyCase(ctx=(16800,), n=8, heads=8, seed=97),          # one split per SM (132 on the H200), each with KV;
+                                                              # fp16 partial states (split_plan.h)
     VerifyCase(ctx=(2000,), n=8, heads=8, seed=99),           # 64 rows, short: 4 blocks of 16 x 33 splits
-                                                              # positions: the combine's third batch of loads
+                                                              # positions: the combine's third batch of loads;
+                                                              # the fp16 build's fp32 values (split_plan.h)
     VerifyCase(ctx=(3000, 200, 900), n=2, heads=8, seed=100),  # 16 rows, uneven batch: the batch layout's
                                                                # build of the 16-row kernel
     VerifyCase(ctx=(5000, 700), n=4, heads=8, seed=101),      # 32 rows, uneven batch: the same for 32 rows
+    VerifyCase(ctx=(9000, 300), n=8, heads=8, seed=102),      # 64 rows, uneven pair: fp16 partial states in the
+                                                              # batch layout
+    VerifyCase(ctx=tuple(range(150, 150 + 32 * 7, 7)), n=8, heads=8, seed=103),  # 64 rows x 32 requests: 4
+                                                              # splits, the rows kernel's fp32 partial states
 )
 
 

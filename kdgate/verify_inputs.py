@@ -11,10 +11,13 @@ outlier channels, and optionally "boundary-dominant" drafts whose keys align wit
 queries so strongly that including or dropping any one draft key moves the output far
 beyond one ULP (an off-by-one in the mask cannot hide under tolerance), and optionally one
 such key late in each prefix (``prefix_jump``: position ctx - 10), where the scores jump.
+``value_scale`` (a power of two) scales every V by it and q's first 512 dims by its inverse:
+the same scores exactly, outputs of another magnitude.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -36,8 +39,12 @@ class VerifyCase:
     prefix_jump: bool = False     # prefix position ctx - 10 of each request aligned with its queries
     seed: int = 0
     sm_scale: float = 192 ** -0.5
+    value_scale: float = 1.0      # a power of two: V x it, q's first 512 dims / it
 
     def __post_init__(self):
+        mantissa, _ = math.frexp(self.value_scale) if self.value_scale > 0 else (0.0, 0)
+        if mantissa != 0.5 or not 2.0 ** -60 <= self.value_scale <= 2.0 ** 60:
+            raise ValueError(f"value_scale must be a power of two in [2^-60, 2^60], got {self.value_scale!r}")
         if self.tree not in TREES:
             raise ValueError(f"tree must be one of {TREES}, got {self.tree!r}")
         if self.mask_dtype == "none" and self.tree != "chain":
@@ -52,6 +59,8 @@ class VerifyCase:
             bits.append("boundary")
         if self.prefix_jump:
             bits.append("jump")
+        if self.value_scale != 1.0:
+            bits.append(f"v2^{int(math.log2(self.value_scale))}")
         return "-".join(bits)
 
 
@@ -150,6 +159,12 @@ def build_inputs(case: VerifyCase, device: str | torch.device = "cuda") -> Verif
             rows = slice(b * n, (b + 1) * n)
             direction = q[rows].mean(dim=(0, 1))
             draft_k[rows] = 6.0 * direction / direction.norm() * HEAD_DIM ** 0.5 + 0.5 * draft_k[rows]
+
+    if case.value_scale != 1.0:  # powers of two: every product q.k, so every score, unchanged
+        keys[:, :VALUE_DIM] *= case.value_scale
+        draft_k[:, :VALUE_DIM] *= case.value_scale
+        draft_v *= case.value_scale
+        q[..., :VALUE_DIM] /= case.value_scale
 
     pool = total_prefix + 1 + 64                       # a few never-used slots at the end
     if case.fragmented:

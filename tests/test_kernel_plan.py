@@ -6,7 +6,8 @@ import ctypes
 import pytest
 
 from kdtree import build
-from kdtree.verify_op import PATH_NAMES, PATHS, VerifyParams, declare_abi, lengths_uneven
+from kdtree.verify_op import (PATH_NAMES, PATHS, VerifyParams, declare_abi, lengths_uneven, partial_layout,
+                              partials_fp16)
 
 H200_SMEM, SM120_SMEM = 232448, 101376   # opt-in shared memory per block (bytes)
 BUDGET = 512 << 20
@@ -91,12 +92,84 @@ def test_one_row_block_takes_one_split_per_sm(lib, request_path, sms):
         assert code == 0 and row_blocks == 1 and splits == base == sms
 
 
+def partial_row_bytes(lib) -> int:
+    """Workspace bytes per query row and slot: the partial values and their 32-bit scalars."""
+    value_bytes, scalars = partial_layout(lib)
+    return value_bytes + 4 * scalars
+
+
+def test_the_workspace_holds_fp32_values_and_four_scalars(lib):
+    # room for 512 fp32 values (the larger format); m, l, the four chunks' exponents of fp16
+    # values and one unused word (verify_params.h)
+    assert partial_layout(lib) == (512 * 4, 4)
+
+
+PATH_CODES = {name: code for code, name in PATH_NAMES.items()}
+
+
+@pytest.mark.parametrize("path", ["portable", "tiled-32", "tiled-64", "wgmma-16", "wgmma-32"])
+def test_only_the_rows_kernel_writes_fp16_partials(lib, path):
+    assert not partials_fp16(PATH_CODES[path], 8, 8, 1, 132, 1 << 20, lib)
+
+
+@pytest.mark.parametrize("n_max, heads, bs", [(32, 8, 1), (64, 8, 1), (16, 8, 32), (8, 16, 64)])
+def test_the_seesaw_kernel_keeps_fp32_partials(lib, n_max, heads, bs):
+    # 256+ rows per request, or 128+ in a batch of 32+ (split_plan.h: runs_seesaw())
+    assert not partials_fp16(PATH_CODES["wgmma-64"], n_max, heads, bs, 132, 1 << 20, lib)
+
+
+# (splits, rows, fp16) for the rows kernel (8 draft tokens x 8 heads, one request): fp16 from
+# 16 MiB of fp32 values with 16 splits or more (split_plan.h), whatever the lengths
+FP16_THRESHOLDS = [
+    (132, 64, True),           # 16.5 MiB of values (bs 1, 64 rows on the H200)
+    (16, 512, True),           # exactly 16 MiB
+    (16, 511, False),          # just below 16 MiB
+    (15, 1024, False),         # 30 MiB of values, but too few splits
+    (192, 1 << 40, True),      # past 2^30 rows: no overflow in the byte count
+    (1, 1 << 20, False),       # one split writes no partial state
+]
+
+
+@pytest.mark.parametrize("splits, rows, fp16", FP16_THRESHOLDS)
+def test_fp16_partials_past_the_threshold(lib, splits, rows, fp16):
+    assert partials_fp16(PATH_CODES["wgmma-64"], 8, 8, 1, splits, rows, lib) == fp16
+
+
+@pytest.mark.parametrize("args, name", [((5, 8, 8, 1, 132, -1), "rows"), ((5, 8, 8, 1, 132, 1.5), "rows"),
+                                        ((-1, 8, 8, 1, 132, 64), "path"), ((5, 8, 8, 1, True, 64), "splits"),
+                                        ((5, "8", 8, 1, 132, 64), "n_max"), ((5, 8, None, 1, 132, 64), "heads"),
+                                        ((5, 8, 8, -2, 132, 64), "bs")])
+def test_partials_fp16_refuses_bad_arguments_by_name(lib, args, name):
+    with pytest.raises(ValueError, match=f"{name} must be an int"):
+        partials_fp16(*args, lib=lib)
+
+
+@pytest.mark.parametrize("args", [(6, 8, 8, 1, 132, 64), (5, 8, 8, 1, 193, 64), (5, 8, 8, 1, 0, 64),
+                                  (5, 8, 8, 1, 132, 0), (5, 0, 8, 1, 132, 64), (5, 65, 8, 1, 132, 64),
+                                  (5, 8, 0, 1, 132, 64), (5, 8, 8, 0, 132, 64)])
+def test_partials_fp16_passes_on_what_the_library_refuses(lib, args):
+    with pytest.raises(ValueError, match="the library refused"):
+        partials_fp16(*args, lib=lib)
+
+
+def test_a_library_without_the_rule_writes_fp32_partials():
+    # an older tree, launched by a same-run A/B
+    assert not partials_fp16(5, 8, 8, 1, 132, 64, lib=object())
+
+
+def test_a_library_without_the_layout_call_has_fp32_partials():
+    # an older tree, launched by a same-run A/B, gets the workspace it writes
+    assert partial_layout(object()) == (512 * 4, 2)
+
+
 def test_workspace_budget_bounds_the_splits(lib):
     code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=0)
     assert code == 0 and splits == 1
     rows = 16 * 8
-    code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=3 * rows * 514 * 4)
-    assert splits <= 3
+    code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=3 * rows * partial_row_bytes(lib))
+    assert code == 0 and 2 <= splits <= 3
+    code, (_, splits, _, _) = plan(lib, 1, 8, 16, budget=3 * rows * partial_row_bytes(lib) - 1)
+    assert code == 0 and splits <= 2
 
 
 @pytest.mark.parametrize("args", [(0, 8, 4), (1, 0, 4), (1, 8, 0), (1, 8, 65), (1, (1 << 20) + 1, 1)])
@@ -114,17 +187,19 @@ def test_one_full_wave_beats_two_waves_of_half_the_work(lib, bs, heads, n):
     assert slots == (32 if bs > 1 else 16)  # a batch's workspace: twice the grid's splits (split_plan.h)
 
 
-@pytest.mark.parametrize("bs, heads, n, path, budget, batch_layout", [
-    (32, 8, 16, "auto", BUDGET, True),       # 64 row blocks x 2 splits: 4 slots per request
-    (32, 8, 16, "tiled", BUDGET, True),
-    (32, 16, 4, "auto", BUDGET, True),       # 32 row blocks x 4 splits: 8 slots
-    (4, 8, 16, "auto", BUDGET, True),        # 16 splits per request: 32 slots, the grid unchanged
-    (1, 8, 16, "auto", BUDGET, False),       # one request: nothing to balance
-    (128, 16, 4, "auto", BUDGET, False),     # one split per request: no combine is added for it
-    (32, 8, 16, "portable", BUDGET, False),  # the portable path plans its own splits
-    (32, 8, 16, "auto", 3 * 32 * 128 * 514 * 4, False),  # 2 x 2 slots would pass the workspace budget
+@pytest.mark.parametrize("bs, heads, n, path, budget_rows, batch_layout", [
+    (32, 8, 16, "auto", None, True),       # 64 row blocks x 2 splits: 4 slots per request
+    (32, 8, 16, "tiled", None, True),
+    (32, 16, 4, "auto", None, True),       # 32 row blocks x 4 splits: 8 slots
+    (4, 8, 16, "auto", None, True),        # 16 splits per request: 32 slots, the grid unchanged
+    (1, 8, 16, "auto", None, False),       # one request: nothing to balance
+    (128, 16, 4, "auto", None, False),     # one split per request: no combine is added for it
+    (32, 8, 16, "portable", None, False),  # the portable path plans its own splits
+    (32, 8, 16, "auto", 3 * 32 * 128, False),  # 2 x 2 slots would pass the workspace budget
 ])
-def test_batches_get_twice_the_slots_for_the_batch_layout(lib, bs, heads, n, path, budget, batch_layout):
+def test_batches_get_twice_the_slots_for_the_batch_layout(lib, bs, heads, n, path, budget_rows, batch_layout):
+    # budget_rows: a budget of that many query rows' partial states (None: the default budget)
+    budget = BUDGET if budget_rows is None else budget_rows * partial_row_bytes(lib)
     code, (_, slots, _, grid_splits) = plan(lib, bs, heads, n, request=path, budget=budget)
     assert code == 0 and grid_splits >= 1
     assert slots == (2 * grid_splits if batch_layout else grid_splits), f"slots {slots}, grid splits {grid_splits}"

@@ -43,3 +43,24 @@ def test_without_the_option_no_late_key_jumps():
 def test_the_option_is_named_in_the_case_id():
     assert VerifyCase(ctx=(20100,), n=8, heads=8, prefix_jump=True).id.endswith("-jump")
     assert "jump" not in VerifyCase(ctx=(20100,), n=8, heads=8).id
+
+
+def test_value_scale_scales_every_value_and_keeps_every_score():
+    """value_scale = 2^k: V (the first 512 dims of every key, and v_extend) times 2^k, q's first
+    512 dims times 2^-k, exactly, so every product q.k is the same (the split-combine layer's
+    value-range cases rest on it)."""
+    plain = VerifyCase(ctx=(300,), n=4, heads=8, seed=117)
+    scaled = VerifyCase(ctx=(300,), n=4, heads=8, seed=117, value_scale=2.0 ** 20)
+    a, b = build_inputs(plain, "cpu"), build_inputs(scaled, "cpu")
+    assert torch.equal(b.k_buffer.double()[..., :512], a.k_buffer.double()[..., :512] * 2.0 ** 20)
+    assert torch.equal(b.k_buffer[..., 512:], a.k_buffer[..., 512:])
+    assert torch.equal(b.v_extend.double(), a.v_extend.double() * 2.0 ** 20)
+    assert torch.equal(b.q.double()[..., :512], a.q.double()[..., :512] * 2.0 ** -20)
+    assert torch.equal(scores_log2(b, scaled), scores_log2(a, plain))
+    assert scaled.id.endswith("-v2^20") and scaled.id != plain.id
+
+
+@pytest.mark.parametrize("value_scale", [0.0, -2.0, 3.0, 2.0 ** 61, float("inf")])
+def test_value_scale_must_be_a_power_of_two_in_range(value_scale):
+    with pytest.raises(ValueError, match="value_scale must be a power of two"):
+        VerifyCase(ctx=(10,), n=2, heads=8, value_scale=value_scale)

@@ -28,3 +28,20 @@ def test_kept_buffers_of_many_growths_add_up_to_less_than_the_last(step):
             sizes.append(size)
     assert sum(sizes[:-1]) < sizes[-1]
     assert len(sizes) <= 12
+
+
+@pytest.mark.parametrize("value, expected", [("512", 512 << 20), ("0", 0), ("0.5078125", 532480)])
+def test_the_workspace_budget_is_read_in_mib_fractions_allowed(monkeypatch, value, expected):
+    from kdtree.verify_op import workspace_budget_bytes
+
+    monkeypatch.setenv("KDTREE_WORKSPACE_MB", value)
+    assert workspace_budget_bytes() == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "lots", "nan", "inf"])
+def test_a_bad_workspace_budget_is_refused_by_name(monkeypatch, value):
+    from kdtree.verify_op import workspace_budget_bytes
+
+    monkeypatch.setenv("KDTREE_WORKSPACE_MB", value)
+    with pytest.raises(ValueError, match="KDTREE_WORKSPACE_MB must be a number of MiB"):
+        workspace_budget_bytes()

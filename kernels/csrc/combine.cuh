@@ -8,15 +8,20 @@
 // order. Either way each
 // output is rounded to bf16 once, and a row's splits are added in split order. Splits that
 // saw nothing (m = -inf) weigh 0 and their partial output, never written, is not read.
-// Weights are exact log2-domain exponentials. Both kernels read what decides whether they
+// Weights are exact log2-domain exponentials; in a call with fp16 partials
+// (common/partial_format.cuh) a value is brought back to its fp32 value by its chunk's power
+// of two (exactly) before it is weighed; an fp16 build reads fp32 values from a call whose main
+// kernel recorded that it wrote them (call_wrote_fp32()). Both kernels read what decides whether they
 // compute a row (qo_indptr) before they wait for the main kernel (TokenOwner); a batch that
 // kept the grid's own layout has fewer live slots than the workspace, which the main kernel
 // records in p.layout_flag (merged_slot()).
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cstdint>
 
 #include "common/grid_dependency.cuh"
+#include "common/partial_format.cuh"
 #include "common/request_extent.cuh"
 #include "common/row_result.cuh"
 #include "split_plan.h"
@@ -192,10 +197,114 @@ __device__ __forceinline__ SplitWeights split_weights(float m_lane, float l_lane
   return s;
 }
 
+// 2^e of chunk `chunk` of a partial row from its packed exponents (verify_params.h: one signed
+// byte per chunk, in [-114, 113]).
+__device__ __forceinline__ float chunk_scale(uint32_t exponents, int chunk) {
+  return exp2_int(static_cast<int8_t>(exponents >> (8 * chunk)));
+}
+
+// A split's scalars for one query row (verify_params.h) at `scalars`: m, l and, with fp16
+// values, the packed chunk exponents (one 16-byte load; fp32 values: m and l only).
+template <bool kFp16>
+__device__ __forceinline__ void load_split_scalars(const float* scalars, float* m, float* l, uint32_t* exponents) {
+  if constexpr (kFp16) {
+    const float4 ml = *reinterpret_cast<const float4*>(scalars);
+    *m = ml.x;
+    *l = ml.y;
+    *exponents = __float_as_uint(ml.z);
+  } else {
+    const float2 ml = *reinterpret_cast<const float2*>(scalars);
+    *m = ml.x;
+    *l = ml.y;
+  }
+}
+
+// Four consecutive values of a partial row in either format (verify_params.h): Value, the
+// type of one; Bits, of the four as loaded; add(): acc += w * x for them (with fp16 values, w
+// is the split's weight times its chunk's scale, chunk_scale(): a power of two, so the product
+// is exact and x is weighed as the fp32 value it stands for).
+template <bool kFp16>
+struct PartialQuad;
+
+template <>
+struct PartialQuad<false> {
+  using Value = float;
+  using Bits = float4;
+  static __device__ __forceinline__ Bits zero() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+  static __device__ __forceinline__ void add(float4* acc, float w, Bits v) {
+    acc->x += w * v.x;
+    acc->y += w * v.y;
+    acc->z += w * v.z;
+    acc->w += w * v.w;
+  }
+};
+
+template <>
+struct PartialQuad<true> {
+  using Value = __half;
+  using Bits = uint2;
+  static __device__ __forceinline__ Bits zero() { return make_uint2(0u, 0u); }
+  static __device__ __forceinline__ void add(float4* acc, float w, Bits v) {
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+    const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+    acc->x += w * lo.x;
+    acc->y += w * lo.y;
+    acc->z += w * hi.x;
+    acc->w += w * hi.y;
+  }
+};
+
+// The chunk kernel's warp: acc += w_i x_i over its live splits i (bit i of `live`; lane i
+// holds w_i in `w_lane`, 0 for a dead split), split i's four values at element `first` + i
+// `step` of ws_acc, in batches of kCombineBatch loads.
+template <bool kFp16>
+__device__ __forceinline__ void add_warp_splits(float4* acc, const VerifyParams& p, int64_t first, int64_t step,
+                                                unsigned live, float w_lane) {
+  using Quad = PartialQuad<kFp16>;
+  const typename Quad::Value* src = static_cast<const typename Quad::Value*>(p.ws_acc) + first;
+  for (int i0 = 0; i0 < kCombinePerWarp && (live >> i0); i0 += kCombineBatch, src += kCombineBatch * step) {
+    typename Quad::Bits v[kCombineBatch];
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u)  // a dead split's load is predicated off
+      v[u] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const typename Quad::Bits*>(src + u * step) : Quad::zero();
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) Quad::add(acc, __shfl_sync(0xffffffffu, w_lane, i0 + u), v[u]);
+  }
+}
+
+// The row kernel's warp: acc[c] += w_i x_i over its live splits i, chunk c's four values of
+// split i at element `first` + i `split_stride` + 128 c, two splits at a time; lane i holds
+// w_i (`w_lane`, 0 for a dead split) and, with fp16 values, split i's packed exponents.
+template <bool kFp16>
+__device__ __forceinline__ void add_row_splits(float4* acc, const VerifyParams& p, int64_t first,
+                                               int64_t split_stride, unsigned live, float w_lane,
+                                               uint32_t exponents) {
+  using Quad = PartialQuad<kFp16>;
+  const typename Quad::Value* src = static_cast<const typename Quad::Value*>(p.ws_acc) + first;
+  for (int i0 = 0; i0 < kBatchSlotsFactor * kCombineRowSplits && (live >> i0); i0 += 2) {
+    typename Quad::Bits v[2][kCombineChunks];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int c = 0; c < kCombineChunks; ++c)  // a dead split's loads are predicated off
+        v[u][c] = (live >> (i0 + u)) & 1u
+                      ? *reinterpret_cast<const typename Quad::Bits*>(src + (i0 + u) * split_stride + c * 128)
+                      : Quad::zero();
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const float w = __shfl_sync(0xffffffffu, w_lane, i0 + u);  // 0 for a dead split
+      const uint32_t split_exponents = kFp16 ? __shfl_sync(0xffffffffu, exponents, i0 + u) : 0u;
+#pragma unroll
+      for (int c = 0; c < kCombineChunks; ++c)
+        Quad::add(&acc[c], kFp16 ? w * chunk_scale(split_exponents, c) : w, v[u][c]);
+    }
+  }
+}
+
 // Two register budgets of one kernel (combine_ctas_per_sm picks one): at 4 CTAs per SM (63
 // registers) a batch's 8 float4 loads are all in flight; at 8 CTAs per SM (32 registers)
 // ptxas issues them one at a time, but twice the CTAs fit in one wave.
-template <int kCtasPerSm>
+template <int kCtasPerSm, int kPartials>  // the main kernel's build (split_plan.h: PartialBuild)
 __global__ void __launch_bounds__(kCombineWarps * 32, kCtasPerSm)
 verify_combine_kernel(const VerifyParams p) {
   __shared__ float4 part[kCombineWarps][32];
@@ -214,12 +323,12 @@ verify_combine_kernel(const VerifyParams p) {
   owner.begin_then_wait(p, t, flat < stride);  // before reading what the main kernel wrote
   allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
   const int layout = has_batch_layout(p) ? *p.layout_flag : 1;  // loaded with the (m, l) below
+  constexpr bool kFp16 = kPartials != kPartialsFp32;
+  const bool fp16_values = kPartials == kPartialsFp16 || (kFp16 && !call_wrote_fp32(p));  // likewise
   float ms = -INFINITY, ls = 0.f;
-  if (flat < stride && lane < kCombinePerWarp && my_split < p.num_splits) {
-    const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (my_split * stride + flat) * 2);
-    ms = ml.x;
-    ls = ml.y;
-  }
+  uint32_t exponents = 0;
+  if (flat < stride && lane < kCombinePerWarp && my_split < p.num_splits)
+    load_split_scalars<kFp16>(p.ws_ml + (my_split * stride + flat) * kPartialScalars, &ms, &ls, &exponents);
   if (!merged_slot(p, layout, my_split)) {  // a slot this call did not write: weight 0
     ms = -INFINITY;
     ls = 0.f;
@@ -236,24 +345,16 @@ verify_combine_kernel(const VerifyParams p) {
     l_warp = sw.total;
     const float w_lane = sw.w_lane;
     const unsigned live = sw.live;
-    const int64_t split_stride = stride * kValueDim;  // floats between two splits' partials
-    const float* src = p.ws_acc + member * split_stride + flat * kValueDim + chunk * 128 + 4 * lane;
+    const int64_t split_stride = stride * kValueDim;  // values between two splits' partials
+    const int64_t first = member * split_stride + flat * kValueDim + chunk * 128 + 4 * lane;
     const int64_t step = group_warps * split_stride;    // between this warp's splits
-    for (int i0 = 0; i0 < kCombinePerWarp && (live >> i0); i0 += kCombineBatch, src += kCombineBatch * step) {
-      float4 v[kCombineBatch];
-#pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u)  // a dead split's load is predicated off
-        v[u] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const float4*>(src + u * step)
-                                       : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u) {
-        const float w = __shfl_sync(0xffffffffu, w_lane, i0 + u);  // 0 for a dead split
-        acc.x += w * v[u].x;
-        acc.y += w * v[u].y;
-        acc.z += w * v[u].z;
-        acc.w += w * v[u].w;
-      }
-    }
+    // with fp16 values, this lane's split's weight times its scale for the chunk (0 for a dead
+    // split, whose exponents are not read)
+    if (fp16_values)
+      add_warp_splits<true>(&acc, p, first, step, live,
+                            (live >> lane) & 1u ? w_lane * chunk_scale(exponents, chunk) : 0.f);
+    else
+      add_warp_splits<false>(&acc, p, first, step, live, w_lane);
   }
   float m = m_warp, total = l_warp;
   float4 sum = acc;
@@ -293,6 +394,7 @@ verify_combine_kernel(const VerifyParams p) {
 // split i's (m, l) (i < num_splits <= kBatchSlotsFactor x kCombineRowSplits) and loads, for
 // each live split in order, columns 4 i .. 4 i + 3 of each of the row's 4 chunks (4 float4),
 // two splits at a time. Built for 4 CTAs per SM.
+template <int kPartials>  // the main kernel's build (split_plan.h: PartialBuild)
 __global__ void __launch_bounds__(kCombineWarps * 32, 4)
 verify_combine_rows_kernel(const VerifyParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -304,12 +406,12 @@ verify_combine_rows_kernel(const VerifyParams p) {
   allow_dependent_grids();  // the next call's main kernel may be launched (it waits too)
   if (flat >= stride) return;  // warp-uniform; this kernel has no CTA barrier
   const int layout = has_batch_layout(p) ? *p.layout_flag : 1;  // loaded with the (m, l) below
+  constexpr bool kFp16 = kPartials != kPartialsFp32;
+  const bool fp16_values = kPartials == kPartialsFp16 || (kFp16 && !call_wrote_fp32(p));  // likewise
   float ms = -INFINITY, ls = 0.f;
-  if (lane < p.num_splits) {  // loaded before the owner is known (in flight together)
-    const float2 ml = *reinterpret_cast<const float2*>(p.ws_ml + (lane * stride + flat) * 2);
-    ms = ml.x;
-    ls = ml.y;
-  }
+  uint32_t exponents = 0;
+  if (lane < p.num_splits)  // loaded before the owner is known (in flight together)
+    load_split_scalars<kFp16>(p.ws_ml + (lane * stride + flat) * kPartialScalars, &ms, &ls, &exponents);
   if (!merged_slot(p, layout, lane)) {  // a slot this call did not write: weight 0
     ms = -INFINITY;
     ls = 0.f;
@@ -319,31 +421,15 @@ verify_combine_rows_kernel(const VerifyParams p) {
   const SplitWeights sw = split_weights(ms, ls);
   const float m = sw.m, total = sw.total, w_lane = sw.w_lane;
   const unsigned live = sw.live;
-  const int64_t split_stride = stride * kValueDim;  // floats between two splits' partials
-  const float* src = p.ws_acc + flat * kValueDim + 4 * lane;
+  if (!((live >> lane) & 1u)) exponents = 0;  // a dead split's exponents are not read: scale 1
+  const int64_t split_stride = stride * kValueDim;  // values between two splits' partials
   float4 acc[kCombineChunks];
 #pragma unroll
   for (int c = 0; c < kCombineChunks; ++c) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int i0 = 0; i0 < kBatchSlotsFactor * kCombineRowSplits && (live >> i0); i0 += 2) {
-    float4 v[2][kCombineChunks];
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-      for (int c = 0; c < kCombineChunks; ++c)  // a dead split's loads are predicated off
-        v[u][c] = (live >> (i0 + u)) & 1u ? *reinterpret_cast<const float4*>(src + (i0 + u) * split_stride + c * 128)
-                                          : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const float w = __shfl_sync(0xffffffffu, w_lane, i0 + u);  // 0 for a dead split
-#pragma unroll
-      for (int c = 0; c < kCombineChunks; ++c) {
-        acc[c].x += w * v[u][c].x;
-        acc[c].y += w * v[u][c].y;
-        acc[c].z += w * v[u][c].z;
-        acc[c].w += w * v[u][c].w;
-      }
-    }
-  }
+  if (fp16_values)
+    add_row_splits<true>(acc, p, flat * kValueDim + 4 * lane, split_stride, live, w_lane, exponents);
+  else
+    add_row_splits<false>(acc, p, flat * kValueDim + 4 * lane, split_stride, live, w_lane, exponents);
   const float inv = total > 0.f ? 1.f / total : 0.f;
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h + 4 * lane;
 #pragma unroll

@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "verify_params.h"
+
 namespace kdtree {
 
 constexpr int kBlockM = 32;   // portable path: query rows (draft token x head) per CTA
@@ -69,7 +71,7 @@ inline int64_t choose_num_splits(int64_t bs, int64_t row_blocks, int64_t total_r
   int64_t ctas = bs * row_blocks;
   int64_t splits = ceil_div(2 * num_sms, ctas > 0 ? ctas : 1);
   if (splits > kMaxSplits) splits = kMaxSplits;
-  int64_t per_split = total_rows * (512 + 2) * 4;
+  int64_t per_split = total_rows * kPartialRowBytes;
   while (splits > 1 && splits * per_split > workspace_budget_bytes) --splits;
   return splits < 1 ? 1 : splits;
 }
@@ -85,7 +87,7 @@ inline int64_t choose_num_splits_tiled(int64_t bs, int64_t row_blocks, int64_t t
   int64_t ctas = bs * row_blocks > 0 ? bs * row_blocks : 1;
   int64_t limit = 2 * ceil_div(num_sms, ctas);
   if (limit > kMaxSplitsTiled) limit = kMaxSplitsTiled;
-  int64_t per_split = total_rows * (512 + 2) * 4;
+  int64_t per_split = total_rows * kPartialRowBytes;
   auto time = [&](int64_t s) {
     return static_cast<double>(ceil_div(ctas * s, num_sms)) * (1.0 / static_cast<double>(s) + kCtaFixedCost);
   };
@@ -137,6 +139,62 @@ __host__ __device__ inline int64_t request_splits(int64_t length, int64_t total,
 // kernel) rather than in the batch layout; static sizes only.
 __host__ __device__ inline bool grid_balances(int64_t path, int64_t n_max, int64_t heads, int64_t bs) {
   return path == kPathWgmma64 && runs_seesaw(n_max, heads, bs);
+}
+
+// Whether a call of the 64-row path may run the rows kernel's short layout
+// (wgmma/short_layout.cuh, which decides on the device from the request's length): one
+// request in one row block (`rows` = draft tokens x heads), its 16-row blocks getting 2 or more
+// of the `num_splits` splits each. Static sizes only; -DKDTREE_NO_SHORT_LAYOUT: never.
+constexpr int64_t kShortLayoutBlockRows = 16;
+__host__ __device__ inline bool short_layout_possible(int64_t bs, int64_t row_blocks, int64_t rows,
+                                                      int64_t num_splits) {
+#if defined(KDTREE_NO_SHORT_LAYOUT)
+  return false;
+#else
+  return bs == 1 && row_blocks == 1 && num_splits >= 2 && num_splits / ceil_div(rows, kShortLayoutBlockRows) >= 2;
+#endif
+}
+
+// The format of a call's partial states (verify_params.h), from its static sizes only (so a
+// captured graph keeps its build, each kernel built for one format, chosen at launch): fp16
+// values when the call runs the rows kernel (kPathWgmma64 below the seesaw threshold; the only
+// kernel with fp16 builds) and would write at least kFp16PartialsMinBytes of fp32 values
+// with at least kFp16PartialsMinSplits splits; else fp32. Below that the fp32 rows stay in L2
+// until the combine reads them and fp16's scaling only adds work (H200, same-run A/B of both
+// formats over 146 cases: fp16 measured 0.90-0.98x with 8-32 rows, 1.02-1.15x past the
+// threshold at ctx >= 16k; the seesaw kernel 0.95-1.03x, so it keeps fp32;
+// docs/perf-h200-wgmma/experiments/README.md, Sessions 35-37).
+// -DKDTREE_PARTIALS_FP32 / -DKDTREE_PARTIALS_FP16 fix the format of every rows-kernel call (A/B).
+constexpr int64_t kFp16PartialsMinSplits = 16;
+constexpr int64_t kFp16PartialsMinBytes = int64_t{16} << 20;
+__host__ __device__ inline bool partials_fp16(int64_t path, int64_t n_max, int64_t heads, int64_t bs,
+                                              int64_t num_splits, int64_t rows) {
+  if (path != kPathWgmma64 || runs_seesaw(n_max, heads, bs) || num_splits < 2) return false;
+#if defined(KDTREE_PARTIALS_FP16)
+  (void)rows;
+  return true;
+#elif defined(KDTREE_PARTIALS_FP32)
+  (void)rows;
+  return false;
+#else
+  // rows <= kMaxDraft x kMaxHeads x batch; past 2^30 rows the bytes pass the threshold anyway
+  return num_splits >= kFp16PartialsMinSplits &&
+         (rows >= (int64_t{1} << 30) || num_splits * rows * kValueDim * 4 >= kFp16PartialsMinBytes);
+#endif
+}
+
+// The build of the rows kernel and the combine a split call launches (static sizes only):
+// fp32 partial states; fp16 ones (partials_fp16()); or, where the call may run the short layout
+// (short_layout_possible()), fp16 ones except in it: a short request's context the static sizes
+// cannot see, where fp16 measured 0.96-0.98x (64 rows, ctx 1k-4k) and the 61-call layer loop
+// 0.4 us per call slower. That build writes fp32 there and records which format it wrote for
+// the combine (common/partial_format.cuh: record_call_format()); the plain fp16 build carries
+// no fp32 epilogue, which measured 1.02-1.05x faster at 128 rows, ctx >= 16k (Session 37).
+enum PartialBuild : int { kPartialsFp32 = 0, kPartialsFp16 = 1, kPartialsFp16ShortFp32 = 2 };
+__host__ __device__ inline PartialBuild partial_build(int64_t path, int64_t n_max, int64_t heads, int64_t bs,
+                                                      int64_t row_blocks, int64_t num_splits, int64_t rows) {
+  if (!partials_fp16(path, n_max, heads, bs, num_splits, rows)) return kPartialsFp32;
+  return short_layout_possible(bs, row_blocks, n_max * heads, num_splits) ? kPartialsFp16ShortFp32 : kPartialsFp16;
 }
 
 // KV positions [begin, end) of split `split` for a request of `length` positions: equal

@@ -78,6 +78,17 @@ cudaError_t launch_main_for_layout(const VerifyParams& p, cudaStream_t stream) {
                                      : launch_main<WithoutLayout, Threads, Smem>(p, stream);
 }
 
+// Launch the combine kernel `c` names, built for the main kernel's partial states `Partials`
+// (split_plan.h: PartialBuild).
+template <int Partials>
+cudaError_t launch_combine(const kdtree::CombineLaunch& c, dim3 grid, dim3 block, cudaStream_t stream,
+                           const VerifyParams& p) {
+  return c.by_rows ? launch_dependent(kdtree::verify_combine_rows_kernel<Partials>, grid, block, 0, stream, p)
+         : c.ctas_per_sm == 4
+         ? launch_dependent(kdtree::verify_combine_kernel<4, Partials>, grid, block, 0, stream, p)
+         : launch_dependent(kdtree::verify_combine_kernel<8, Partials>, grid, block, 0, stream, p);
+}
+
 }  // namespace
 
 extern "C" {
@@ -139,7 +150,7 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
   const bool balanced = kdtree::grid_balances(path, n_max, heads, bs);
   const int64_t factor = balanced ? kdtree::kBalanceFactor : kdtree::kBatchSlotsFactor;
   if (path != kdtree::kPathPortable && bs > 1 && splits >= 2 && (!balanced || splits <= kdtree::kBalanceMaxBase) &&
-      splits * factor <= kdtree::kMaxSplitsTiled && splits * factor * bs * rows * (512 + 2) * 4 <= workspace_budget_bytes)
+      splits * factor <= kdtree::kMaxSplitsTiled && splits * factor * bs * rows * kdtree::kPartialRowBytes <= workspace_budget_bytes)
     slots = splits * factor;
 #endif
   out[0] = path;
@@ -175,6 +186,25 @@ int kdtree_combine_shape(int64_t rows, int64_t num_splits, int64_t num_sms, int6
   out[1] = c.ctas;
   out[2] = c.ctas_per_sm;
   return 0;
+}
+
+// The workspace of a split call per query row and slot (verify_params.h): writes {bytes of
+// partial values (ws_acc; fp32, the larger format), 32-bit scalars (ws_ml)} to `out`.
+void kdtree_partial_layout(int64_t* out) {
+  out[0] = kdtree::kValueDim * 4;
+  out[1] = kdtree::kPartialScalars;
+}
+
+// Whether a split call of KernelPath `path`, `n_max` draft tokens, `heads` heads, `bs` requests,
+// `num_splits` workspace slots and `rows` query rows (T x H) launches a build that writes fp16
+// partial states (split_plan.h: partials_fp16(), static sizes only; the build for calls that
+// may take the short layout writes fp32 in it, partial_build()): 1 or 0; -1 on a bad argument.
+int kdtree_partials_fp16(int64_t path, int64_t n_max, int64_t heads, int64_t bs, int64_t num_splits, int64_t rows) {
+  if (path < kdtree::kPathPortable || path > kdtree::kPathWgmma64 || n_max < 1 || n_max > kdtree::kMaxDraft ||
+      heads < 1 || heads > kdtree::kMaxHeads || bs < 1 || num_splits < 1 || num_splits > kdtree::kMaxSplitsTiled ||
+      rows < 1)
+    return -1;
+  return kdtree::partials_fp16(path, n_max, heads, bs, num_splits, rows) ? 1 : 0;
 }
 
 // Launch part of a call: 0 = all of it (main kernel, then the combine when KV is split),
@@ -216,11 +246,28 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
         e = launch_main_for_layout<wg::verify_wgmma_kernel<16, 2, 2, true>, wg::verify_wgmma_kernel<16, 2, 2, false>,
                                    W32::kThreads, W32::kSmemBytes>(p, stream);
         break;
-      case kdtree::kPathWgmma64:  // the seesaw kernel from its threshold (runs_seesaw: static sizes only)
-        e = kdtree::runs_seesaw(p.n_max, p.heads, p.bs)
-            ? launch_main<ws::verify_seesaw_kernel, ws::kThreads, ws::kSmemBytes>(p, stream)
-            : launch_main_for_layout<wr::verify_rows_kernel<true>, wr::verify_rows_kernel<false>, wr::kThreads,
-                                     wr::kSmemBytes>(p, stream);
+      case kdtree::kPathWgmma64:  // the seesaw kernel from its threshold (runs_seesaw: static sizes only),
+        // else the rows kernel's build for the call's partial states (split_plan.h: partial_build)
+        if (kdtree::runs_seesaw(p.n_max, p.heads, p.bs)) {
+          e = launch_main<ws::verify_seesaw_kernel, ws::kThreads, ws::kSmemBytes>(p, stream);
+          break;
+        }
+        switch (kdtree::partial_build(p.path, p.n_max, p.heads, p.bs, p.row_blocks, p.num_splits,
+                                      p.total_tokens * p.heads)) {
+          case kdtree::kPartialsFp16ShortFp32:  // one request (bs 1): never the batch layout
+            e = launch_main<wr::verify_rows_kernel<false, kdtree::kPartialsFp16ShortFp32>, wr::kThreads,
+                            wr::kSmemBytes>(p, stream);
+            break;
+          case kdtree::kPartialsFp16:
+            e = launch_main_for_layout<wr::verify_rows_kernel<true, kdtree::kPartialsFp16>,
+                                       wr::verify_rows_kernel<false, kdtree::kPartialsFp16>, wr::kThreads,
+                                       wr::kSmemBytes>(p, stream);
+            break;
+          default:
+            e = launch_main_for_layout<wr::verify_rows_kernel<true, kdtree::kPartialsFp32>,
+                                       wr::verify_rows_kernel<false, kdtree::kPartialsFp32>, wr::kThreads,
+                                       wr::kSmemBytes>(p, stream);
+        }
         break;
       default: return static_cast<int>(cudaErrorInvalidValue);
     }
@@ -234,10 +281,16 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
       return static_cast<int>(e);
     const kdtree::CombineLaunch c = kdtree::combine_launch(rows, p.base_splits, sms);
     const dim3 grid(static_cast<unsigned>(c.ctas)), block(kdtree::kCombineWarps * 32);
-    e = c.by_rows ? launch_dependent(kdtree::verify_combine_rows_kernel, grid, block, 0, stream, p)
-        : c.ctas_per_sm == 4
-        ? launch_dependent(kdtree::verify_combine_kernel<4>, grid, block, 0, stream, p)
-        : launch_dependent(kdtree::verify_combine_kernel<8>, grid, block, 0, stream, p);
+    switch (kdtree::partial_build(p.path, p.n_max, p.heads, p.bs, p.row_blocks, p.num_splits, rows)) {
+      case kdtree::kPartialsFp16ShortFp32:  // the main kernel's build
+        e = launch_combine<kdtree::kPartialsFp16ShortFp32>(c, grid, block, stream, p);
+        break;
+      case kdtree::kPartialsFp16:
+        e = launch_combine<kdtree::kPartialsFp16>(c, grid, block, stream, p);
+        break;
+      default:
+        e = launch_combine<kdtree::kPartialsFp32>(c, grid, block, stream, p);
+    }
   }
   return static_cast<int>(e);
 }

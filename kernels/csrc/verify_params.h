@@ -11,6 +11,15 @@ constexpr int kValueDim = 512;  // v = the first 512 dims of a key row
 constexpr int kMaxDraft = 64;   // draft tokens per request at most (max_len_extend)
 constexpr int64_t kMaxHeads = 1 << 20;  // query heads per rank at most (keeps rows below 2^32)
 
+// A split's partial state per query row (common/row_result.cuh), in one of two formats (the
+// build a call launches is chosen from static sizes, split_plan.h: partials_fp16()): kValueDim
+// fp32 values in ws_acc, or kValueDim fp16 values, each 128-column chunk at a power of two of its own; and
+// kPartialScalars 32-bit words in ws_ml: m (log2 units), l, and with fp16 values the four
+// chunks' exponents (one signed byte each; a value stored as x stands for x * 2^exponent).
+constexpr int kPartialChunks = kValueDim / 128;
+constexpr int kPartialScalars = 4;  // m, l, the chunk exponents (fp16 values), one unused word
+constexpr int64_t kPartialRowBytes = kValueDim * 4 + kPartialScalars * 4;  // workspace per row per slot (fp32 values)
+
 struct VerifyParams {
   // device pointers
   const void* q;            // [T, H, 576] bf16
@@ -24,11 +33,14 @@ struct VerifyParams {
   const int64_t* kv_indices;  // prefix slots
   const uint8_t* mask;      // flat tree mask (bool or uint8, tested != 0), or null: causal
   const int64_t* mask_indptr; // [bs+1] int64 (null when mask is null)
-  float* ws_acc;            // [splits, T, H, 512] fp32 partial outputs (splits > 1)
-  float* ws_ml;             // [splits, T, H, 2]  fp32 running max (log2 units) and sum
+  void* ws_acc;             // [splits, T, H, 512] partial outputs (splits > 1): fp32, or fp16 scaled per
+                            // 128-column chunk (split_plan.h: partials_fp16())
+  float* ws_ml;             // [splits, T, H, kPartialScalars]: m (log2 units), l, the chunks' exponents
   int* error_flag;          // debug mode: bit set per kind of bad index seen (see below)
-  int* layout_flag;         // a batch call's layout, from its main kernel to its combine: 1 in the
-                            // batch layout, 0 in the grid's own (common/request_extent.cuh)
+  int* layout_flag;         // from a call's main kernel to its combine: a batch's layout, 1 in the
+                            // batch layout, 0 in the grid's own (common/request_extent.cuh); in a
+                            // one-request call of an fp16 build, 1 when it wrote fp32 values
+                            // after all (common/partial_format.cuh)
   // strides in elements
   int64_t q_stride_t, q_stride_h;
   int64_t ke_stride_t, ve_stride_t, kb_stride;

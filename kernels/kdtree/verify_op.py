@@ -76,9 +76,52 @@ def declare_abi(lib: ctypes.CDLL, params_type: type[ctypes.Structure]) -> ctypes
     if hasattr(lib, "kdtree_lengths_uneven"):
         lib.kdtree_lengths_uneven.argtypes = [ctypes.c_int64] * 3
         lib.kdtree_lengths_uneven.restype = ctypes.c_int
+    if hasattr(lib, "kdtree_partial_layout"):
+        lib.kdtree_partial_layout.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+        lib.kdtree_partial_layout.restype = None
+    if hasattr(lib, "kdtree_partials_fp16"):
+        lib.kdtree_partials_fp16.argtypes = [ctypes.c_int64] * 6
+        lib.kdtree_partials_fp16.restype = ctypes.c_int
     lib.kdtree_error_string.argtypes = [ctypes.c_int]
     lib.kdtree_error_string.restype = ctypes.c_char_p
     return lib
+
+
+# an older tree's partial states, before kdtree_partial_layout: fp32 values and (m, l)
+_FP32_PARTIAL_LAYOUT = (VALUE_DIM * 4, 2)
+
+
+def partial_layout(lib) -> tuple[int, int]:
+    """(bytes of partial values, 32-bit scalars) per query row and workspace slot of a split
+    call launched with ``lib``: its own layout, so a same-run A/B against an older tree
+    gives that build the workspace it writes."""
+    if not hasattr(lib, "kdtree_partial_layout"):
+        return _FP32_PARTIAL_LAYOUT
+    out = (ctypes.c_int64 * 2)()
+    lib.kdtree_partial_layout(out)
+    return int(out[0]), int(out[1])
+
+
+def partials_fp16(path: int, n_max: int, heads: int, bs: int, splits: int, rows: int, lib=None) -> bool:
+    """Whether a split call of KernelPath ``path`` (plan()'s), ``n_max`` draft tokens per
+    request at most, ``heads`` heads, ``bs`` requests, ``splits`` workspace slots and ``rows``
+    query rows (T x H) launches the rows kernel's build that writes fp16 partial states: the
+    kernel's own rule (split_plan.h: partials_fp16()), from static sizes only, so one captured
+    graph keeps one build. That build still writes fp32 from a one-request call it runs in the
+    short layout (a short context, decided on the device). A library without the rule (an
+    older tree) writes fp32."""
+    lib = lib or _library()
+    args = {"path": path, "n_max": n_max, "heads": heads, "bs": bs, "splits": splits, "rows": rows}
+    for name, value in args.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"partials_fp16: {name} must be an int >= 0, got {value!r}")
+    if not hasattr(lib, "kdtree_partials_fp16"):
+        return False
+    answer = lib.kdtree_partials_fp16(path, n_max, heads, bs, splits, rows)
+    if answer < 0:
+        given = " ".join(f"{name}={value}" for name, value in args.items())
+        raise ValueError(f"partials_fp16: the library refused {given}")
+    return answer == 1
 
 
 @lru_cache(maxsize=None)
@@ -235,7 +278,9 @@ def grown_size(needed: int, old: int, cap: int) -> int:
 
 def _workspace(device: torch.device, acc_floats: int, ml_floats: int) -> dict[str, torch.Tensor]:
     """Per-device buffers, allocated once and grown only outside CUDA-graph capture; the
-    buffers a growth replaces are kept (graphs captured earlier still use them)."""
+    buffers a growth replaces are kept (graphs captured earlier still use them). Sizes in
+    32-bit words: ``acc`` holds the partial values (room for fp32 ones, partial_layout()),
+    ``ml`` their scalars."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     ws = _WORKSPACE.get(index)
     if ws is None or ws["acc"].numel() < acc_floats or ws["ml"].numel() < ml_floats:
@@ -268,7 +313,16 @@ def _device_limits(index: int) -> tuple[int, int, int]:
 
 
 def workspace_budget_bytes() -> int:
-    return int(os.environ.get("KDTREE_WORKSPACE_MB", "512")) << 20
+    """``KDTREE_WORKSPACE_MB``: the split-KV workspace's budget in MiB (default 512; a
+    fraction of a MiB is allowed), in bytes."""
+    value = os.environ.get("KDTREE_WORKSPACE_MB", "512")
+    try:
+        mib = float(value)
+    except ValueError:
+        mib = -1.0
+    if not (0.0 <= mib < float(1 << 40)):
+        raise ValueError(f"KDTREE_WORKSPACE_MB must be a number of MiB, 0 or more, got {value!r}")
+    return int(mib * (1 << 20))
 
 
 PATHS = {"auto": -1, "portable": 0, "tiled": 1, "wgmma": 2}
@@ -354,7 +408,8 @@ def _launch(q, k_extend, v_extend, o, k_buffer, qo_indptr, kv_indptr, kv_indices
     bs, T, H = qo_indptr.shape[0] - 1, q.shape[0], q.shape[1]
     splits, row_blocks, path, base_splits = plan(bs, H, max_len_extend, q.device, lib)
     rows = T * H
-    ws = _workspace(q.device, splits * rows * VALUE_DIM if splits > 1 else 0, splits * rows * 2)
+    value_bytes, scalars = partial_layout(lib)
+    ws = _workspace(q.device, splits * rows * value_bytes // 4 if splits > 1 else 0, splits * rows * scalars)
     if debug_checks:
         ws["error"].zero_()
     p = fill_params(lib.params_type, dict(

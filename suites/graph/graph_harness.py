@@ -12,11 +12,13 @@ CAPACITY = VerifyCase(ctx=(4096, 4096, 4096), n=16, heads=8, indptr_dtype="int64
 
 
 class StaticBatch:
-    """Static buffers sized for CAPACITY; ``load`` copies a smaller batch into them the
-    way SGLang's graph runner does (padding requests get seq_len 1 at slot 0)."""
+    """Static buffers sized for ``capacity`` (default CAPACITY); ``load`` copies a smaller
+    batch into them the way SGLang's graph runner does (padding requests get seq_len 1 at
+    slot 0)."""
 
-    def __init__(self, device):
-        cap = build_inputs(CAPACITY, device)
+    def __init__(self, device, capacity: VerifyCase = CAPACITY):
+        cap = build_inputs(capacity, device)
+        self.capacity = capacity
         self.inputs = cap
         self.o = cap.new_output()
         self.mask_capacity = cap.custom_mask.numel()
@@ -24,9 +26,9 @@ class StaticBatch:
     def load(self, case: VerifyCase, device) -> None:
         new = build_inputs(case, device)
         cap = self.inputs
-        bs_cap, n = len(CAPACITY.ctx), CAPACITY.n
+        bs_cap, n = len(self.capacity.ctx), self.capacity.n
         bs = len(case.ctx)
-        assert case.n == n and bs <= bs_cap and case.heads == CAPACITY.heads
+        assert case.n == n and bs <= bs_cap and case.heads == self.capacity.heads
         T = bs * n
         cap.q[:T].copy_(new.q)
         cap.k_extend[:T].copy_(new.k_extend)
@@ -48,20 +50,18 @@ class StaticBatch:
         cap.mask_indptr.copy_(torch.tensor(starts, device=device))
 
 
-def replay_matches_eager(candidate, device, seed: int = 0, boundary: bool = False) -> tuple[bool, str]:
-    """Capture ``candidate`` at capacity, then for two new batches (boundary-dominant
-    drafts if asked) compare a replay with an eager call, bitwise, on the real rows."""
-    batch = StaticBatch(device)
+def replays_match_eager(candidate, device, capacity: VerifyCase, steps) -> tuple[bool, str]:
+    """Capture ``candidate`` once at ``capacity``, then for each of ``steps`` (loaded into the
+    same static buffers) compare a replay with an eager call, bitwise, on the step's real rows;
+    a real row the replay left unwritten (NaN) fails too. (True, "ok"), or (False, what failed
+    first)."""
+    batch = StaticBatch(device, capacity)
     args, kwargs = batch.inputs.call_args(batch.o)
     candidate(*args, **kwargs)  # warm-up: one-time setup happens outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         candidate(*args, **kwargs)
-    steps = [VerifyCase(ctx=(100, 5000), n=16, heads=8, tree="topk", indptr_dtype="int64",
-                        mask_dtype="uint8", seed=seed + 1, boundary=boundary),
-             VerifyCase(ctx=(4000, 0, 37), n=16, heads=8, tree="star", indptr_dtype="int64",
-                        mask_dtype="uint8", seed=seed + 2, boundary=boundary)]
     for step in steps:
         batch.load(step, device)
         batch.o.fill_(float("nan"))
@@ -72,7 +72,19 @@ def replay_matches_eager(candidate, device, seed: int = 0, boundary: bool = Fals
         candidate(*args, **kwargs)
         torch.cuda.synchronize()
         rows = len(step.ctx) * step.n
-        if not torch.equal(replayed[:rows].view(torch.int16), batch.o[:rows].view(torch.int16)):
-            bad = int((replayed[:rows].view(torch.int16) != batch.o[:rows].view(torch.int16)).sum())
+        if torch.isnan(replayed[:rows].float()).any():
+            return False, f"{step.id}: the replay left rows unwritten"
+        bad = int((replayed[:rows].view(torch.int16) != batch.o[:rows].view(torch.int16)).sum())
+        if bad:
             return False, f"{step.id}: replay differs from eager in {bad} elements"
     return True, "ok"
+
+
+def replay_matches_eager(candidate, device, seed: int = 0, boundary: bool = False) -> tuple[bool, str]:
+    """replays_match_eager() at CAPACITY for two new batches (boundary-dominant drafts if
+    asked)."""
+    steps = [VerifyCase(ctx=(100, 5000), n=16, heads=8, tree="topk", indptr_dtype="int64",
+                        mask_dtype="uint8", seed=seed + 1, boundary=boundary),
+             VerifyCase(ctx=(4000, 0, 37), n=16, heads=8, tree="star", indptr_dtype="int64",
+                        mask_dtype="uint8", seed=seed + 2, boundary=boundary)]
+    return replays_match_eager(candidate, device, CAPACITY, steps)

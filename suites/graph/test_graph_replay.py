@@ -1,13 +1,14 @@
 """Graph layer: the candidate captured in a CUDA graph at capacity replays bitwise equal
 to eager runs after new lengths, trees and slots are written into the static buffers;
 two graphs share one memory pool; capture allocates nothing and does not synchronize; a
-graph captured before the kernel's split workspace grew still replays correctly."""
+graph captured before the kernel's split workspace grew still replays correctly; a graph of
+fp16 partial states replays right at short and long lengths."""
 
 import pytest
 import torch
 
 from kdgate.verify_inputs import VerifyCase, build_inputs
-from suites.graph.graph_harness import StaticBatch, replay_matches_eager
+from suites.graph.graph_harness import StaticBatch, replay_matches_eager, replays_match_eager
 
 pytestmark = [pytest.mark.graph, pytest.mark.gpu]
 
@@ -81,3 +82,23 @@ def test_graph_captured_before_the_workspace_grew_still_replays(candidate, cuda_
     torch.cuda.synchronize()
     assert torch.equal(out.view(torch.int16), expected.view(torch.int16)), "replay after the growth differs"
     assert all(bool((f == 7.0).all()) for f in fillers), "the earlier graph wrote into memory handed out since"
+
+
+def test_one_graph_of_fp16_partials_replays_at_short_and_long_lengths(candidate, cuda_device):
+    """64 rows, 132 splits on the H200 launch the rows kernel's fp16 build at any length
+    (split_plan.h: partials_fp16(), static sizes only), which writes fp32 partial states in the
+    short layout (a 3k prefix) and fp16 ones past it (20k), and tells its combine which on the
+    device. Captured once at a 20,000-position capacity, the graph must replay each step (3k,
+    20k, 3k prefixes) bitwise like an eager call."""
+    capacity = VerifyCase(ctx=(20000,), n=8, heads=8, indptr_dtype="int64", mask_dtype="uint8", seed=63)
+    steps = [VerifyCase(ctx=(ctx,), n=8, heads=8, indptr_dtype="int64", mask_dtype="uint8", seed=64 + i)
+             for i, ctx in enumerate((3000, 20000, 3000))]
+    if candidate.name == "kdtree":
+        from kdtree.verify_op import partials_fp16, plan
+
+        splits, _, path, _ = plan(1, 8, 8, cuda_device)
+        if not partials_fp16(path, 8, 8, 1, splits, 64):
+            pytest.skip(f"not run: this GPU plans {splits} splits (path {path}) for 64 rows, which write fp32 "
+                        f"partial states")
+    ok, detail = replays_match_eager(candidate, cuda_device, capacity, steps)
+    assert ok, detail

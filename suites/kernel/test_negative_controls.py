@@ -13,6 +13,13 @@ pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 @pytest.mark.parametrize("name, case", [
     ("mask_shift", VerifyCase(ctx=(100,), n=16, heads=8, boundary=True, seed=41)),
     ("drop_split", VerifyCase(ctx=(65536,), n=16, heads=8, seed=42)),
+    # partial values above fp16's range (64 rows: the rows kernel, 132 splits), and below its
+    # normal range (128 rows, 66 splits); both calls past the fp16 threshold (split_plan.h)
+    ("partial_unscaled", VerifyCase(ctx=(20000,), n=8, heads=8, seed=48, value_scale=2.0 ** 20)),
+    ("partial_unscaled", VerifyCase(ctx=(20000,), n=16, heads=8, seed=49, value_scale=2.0 ** -30)),
+    # the rows kernel's fp16 build in the short layout writes fp32 values (64 rows, ctx 3000);
+    # a combine that ignores the call's recorded format reads them as fp16
+    ("call_format_ignored", VerifyCase(ctx=(3000,), n=8, heads=8, seed=50)),
 ])
 def test_broken_kernel_fails_parity(cuda_device, name, case):
     broken = resolve(f"kdgate.broken_kernels:{name}")

@@ -159,7 +159,7 @@ __device__ __noinline__ int32_t batch_layout_place(const void* qo_indptr, const 
 
 // Marks rows [row0, row_end) of the request whose tokens start at `qo_start` as having seen
 // nothing in workspace slots [from, slots): (m, l) = (-inf, 0), which the combine weighs 0.
-// `ws_ml`: the workspace's (m, l) pairs, [slots, tokens, heads, 2]. Any thread count.
+// `ws_ml`: the workspace's scalars, [slots, tokens, heads, kPartialScalars]. Any thread count.
 __device__ __noinline__ void mark_slots_empty(float* ws_ml, int64_t tokens, int64_t heads, int64_t slots,
                                               int64_t qo_start, int64_t row0, int64_t row_end, int64_t from) {
 #pragma unroll 1
@@ -169,8 +169,7 @@ __device__ __noinline__ void mark_slots_empty(float* ws_ml, int64_t tokens, int6
 #pragma unroll 1
     for (int64_t d = from; d < slots; ++d) {
       const int64_t flat = partial_row(d, tokens, heads, qo_start + tok, head);
-      ws_ml[flat * 2] = -INFINITY;
-      ws_ml[flat * 2 + 1] = 0.f;
+      *reinterpret_cast<float2*>(ws_ml + flat * kPartialScalars) = make_float2(-INFINITY, 0.f);
     }
   }
 }

@@ -1,7 +1,10 @@
 // A query row's result once its split's KV range is done, written by every path: with one
 // split the output row acc / l in bf16 and its natural-log LSE, else the split's partial
-// state for the combine: acc, and (m, l) in log2 units (a split that saw nothing writes only
-// (m, l)). Each thread writes its own columns of the row.
+// state for the combine (verify_params.h): (m, l) in log2 units and acc, in fp32
+// (write_row_result(): each thread its own columns; a split that saw nothing writes only
+// (m, l)) or, in a call that takes fp16 partials (common/partial_format.cuh), in fp16 with
+// each 128-column chunk at a power of two of its own (the rows kernel's fp16 build,
+// wgmma/row_halves.cuh).
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -26,7 +29,8 @@ __device__ __forceinline__ float natural_lse(float m, float l) {
 }
 
 // Where row (token `tok`, head `head`) of workspace slot `split` is in the partial states:
-// ws_acc rows of kValueDim floats and ws_ml pairs, [slots, tokens, heads].
+// ws_acc rows of kValueDim values (fp32 or fp16) and ws_ml rows of kPartialScalars words,
+// [slots, tokens, heads].
 __device__ __forceinline__ int64_t partial_row(int64_t split, int64_t tokens, int64_t heads, int64_t tok,
                                                int64_t head) {
   return (split * tokens + tok) * heads + head;
@@ -34,7 +38,7 @@ __device__ __forceinline__ int64_t partial_row(int64_t split, int64_t tokens, in
 
 // Row (token `tok` of q, head `head`) of split `split`, with running max `m` (log2 units) and
 // sum `l`. store_output(bf16* row, float inv_l) writes this thread's columns of the output
-// row scaled by 1 / l; store_partial(float* row) its unscaled columns of the partial row.
+// row scaled by 1 / l; store_partial(float* row) its unscaled columns of the fp32 partial row.
 // `writes_scalars`: this thread writes the row's LSE or (m, l) (one thread per row).
 template <class StoreOutput, class StorePartial>
 __device__ __forceinline__ void write_row_result(const VerifyParams& p, int64_t split, int64_t tok, int64_t head,
@@ -46,11 +50,8 @@ __device__ __forceinline__ void write_row_result(const VerifyParams& p, int64_t 
       p.lse[tok * p.lse_stride_t + head] = natural_lse(m, l);
   } else {
     const int64_t flat = partial_row(split, p.total_tokens, p.heads, tok, head);
-    if (m != -INFINITY) store_partial(p.ws_acc + flat * kValueDim);
-    if (writes_scalars) {
-      p.ws_ml[flat * 2] = m;
-      p.ws_ml[flat * 2 + 1] = l;
-    }
+    if (m != -INFINITY) store_partial(static_cast<float*>(p.ws_acc) + flat * kValueDim);
+    if (writes_scalars) *reinterpret_cast<float2*>(p.ws_ml + flat * kPartialScalars) = make_float2(m, l);
   }
 }
 

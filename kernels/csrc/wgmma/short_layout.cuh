@@ -8,6 +8,8 @@
 // quarter of Q, and four times as many SMs have work. The same code runs in both layouts: a
 // second, 16-row body in the kernel made its code twice as long, and the 64-row body then
 // missed the instruction cache throughout (experiments/18-short-layout-in-one-kernel.diff).
+// The rows kernel's fp16 build for calls that may take it writes fp32 partial states in it
+// (split_plan.h: partial_build()).
 // -DKDTREE_NO_SHORT_LAYOUT never takes it (A/B).
 #pragma once
 #include <cstdint>
@@ -21,7 +23,7 @@
 namespace kdtree {
 namespace wgmma_path {
 
-constexpr int64_t kShortBlockRows = 16;
+constexpr int64_t kShortBlockRows = kShortLayoutBlockRows;
 
 // True when this call runs in the short layout; then *c is this CTA's place in it and
 // *block_rows its rows per block. Every CTA of the call decides alike (one request, its
@@ -33,11 +35,10 @@ __device__ __forceinline__ bool enter_short_layout(const VerifyParams& p, const 
 #if defined(KDTREE_NO_SHORT_LAYOUT)
   return false;
 #else
-  if (p.bs != 1 || p.row_blocks != 1 || p.num_splits < 2) return false;
-  // 32-bit layout arithmetic: at most 64 rows (4 blocks) and kMaxSplitsTiled splits
+  if (!short_layout_possible(p.bs, p.row_blocks, p.n_max * p.heads, p.num_splits)) return false;
+  // 32-bit layout arithmetic: at most 64 rows (4 blocks) and kMaxSplitsTiled splits, 2 or more per block
   const uint32_t blocks = static_cast<uint32_t>(ceil_div(p.n_max * p.heads, kShortBlockRows));
   const uint32_t splits = static_cast<uint32_t>(p.num_splits) / blocks;
-  if (splits < 2) return false;
   // short: the grid's own layout would leave its upper half of splits without KV (the
   // division-free case of splits_idle_from(): num_splits >= 2 here)
   const int64_t half = p.num_splits / 2;

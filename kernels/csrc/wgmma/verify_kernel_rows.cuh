@@ -54,6 +54,7 @@ constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + 
                            4 * kRows * 4 /* row maxima and sums of each warpgroup */;
 constexpr int kThreadsPerRow = kThreads / kTile;        // KV tile copies
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
+static_assert(kRows * kStagedRowBytes <= kQBytes, "the staged partial rows fit where Q was");
 
 // S_w = Q . K_w^T: step i = (column block i / 4, k16 step i % 4), offsets in 16-byte units;
 // k_desc addresses the warpgroup's 32 positions (rows 32 w.. of each block).
@@ -91,8 +92,9 @@ __device__ __forceinline__ void store_p_half(const float* s, const float* base_m
 }
 
 // 64 rows per CTA, or in a one-request call short enough for the short layout
-// (short_layout.cuh) 16 of them (the rest padding).
-template <bool kBatchLayout>  // cta_place()
+// (short_layout.cuh) 16 of them (the rest padding). kPartials: the partial states this build
+// writes (split_plan.h: PartialBuild, partial_build(), which the launch follows).
+template <bool kBatchLayout, int kPartials>  // cta_place()
 __global__ void __launch_bounds__(kThreads, 1)
 verify_rows_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -103,7 +105,10 @@ verify_rows_kernel(const VerifyParams p) {
   // no piece for it in the batch layout, or its tokens lie outside q: nothing to write
   if (!cta_place<kBatchLayout>(p, kTile, kMinChunkWgmma, &coord, &request)) return;
   int64_t block_rows = kRows;
-  enter_short_layout(p, request, &coord, &block_rows);  // one request only (bs 1: no batch layout)
+  // one request only (bs 1: no batch layout); the build for calls that may take it writes fp32
+  // partials there and tells the combine which format it wrote
+  const bool short_layout = enter_short_layout(p, request, &coord, &block_rows);
+  if constexpr (kPartials == kPartialsFp16ShortFp32) record_call_format(p, short_layout);
   constexpr int TPR = kThreadsPerRow;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_address(smem_raw);
@@ -273,7 +278,10 @@ verify_rows_kernel(const VerifyParams p) {
   allow_dependents_at_epilogue(half_idle);
 
   // -- row sums over the quad and both warpgroups; the output rows or the split's partial state
-  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t, [] { __syncthreads(); });
+  write_row_halves<kPartials != kPartialsFp32>(p, split, row0, row_end, qo_start, tok_of, qrow, m_run, l_run, acc,
+                                               row_sum, smem_raw + (q_addr - raw),
+                                               kPartials == kPartialsFp16 || !short_layout, wg, t,
+                                               [] { __syncthreads(); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif

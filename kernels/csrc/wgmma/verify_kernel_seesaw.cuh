@@ -376,8 +376,8 @@ verify_seesaw_kernel(const VerifyParams p) {
   allow_dependents_at_epilogue(half_idle);
 
   // -- row sums over the quad and both warpgroups; the output rows or the split's partial state
-  write_row_halves(p, split, row0, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, wg, t,
-                   [] { wgmma::named_barrier(3, kConsumers); });
+  write_row_halves<false>(p, split, row0, rows, qo_start, tok_of, qrow, m_run, l_run, acc, row_sum, nullptr, false,
+                          wg, t, [] { wgmma::named_barrier(3, kConsumers); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif
