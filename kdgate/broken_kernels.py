@@ -18,7 +18,7 @@ layers can fail. Each is a candidate for ``--kernel kdgate.broken_kernels:NAME``
                     rescale O's accumulators when a row's running maximum moves (it moves only
                     past a margin, kernels/csrc/wgmma/running_max.cuh).
 * ``partial_unscaled`` built with KDTREE_FAULT_PARTIAL_UNSCALED: in a call that takes fp16
-                    partial states (a 64-row call past the format threshold, split_plan.h),
+                    partial states (a rows-kernel call past the format threshold, split_plan.h),
                     every 128-column chunk of a split's partial row is stored at one fixed
                     scale (2^0), not at its own power of two: large values overflow, small
                     ones flush to zero.

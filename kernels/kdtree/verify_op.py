@@ -91,10 +91,12 @@ def declare_abi(lib: ctypes.CDLL, params_type: type[ctypes.Structure]) -> ctypes
 _FP32_PARTIAL_LAYOUT = (VALUE_DIM * 4, 2)
 
 
+@lru_cache(maxsize=None)
 def partial_layout(lib) -> tuple[int, int]:
     """(bytes of partial values, 32-bit scalars) per query row and workspace slot of a split
     call launched with ``lib``: its own layout, so a same-run A/B against an older tree
-    gives that build the workspace it writes."""
+    gives that build the workspace it writes. Asked of the library once (every launch sizes
+    its workspace with it)."""
     if not hasattr(lib, "kdtree_partial_layout"):
         return _FP32_PARTIAL_LAYOUT
     out = (ctypes.c_int64 * 2)()

@@ -163,5 +163,6 @@ def test_partials_keep_their_precision_at_any_value_range(candidate, cuda_device
         runner = resolve(f"kdgate.shipped_builds:{build}")
     outcome = run_case(runner, build_inputs(case, cuda_device), compare_baseline=False)
     gate_notes.append(f"partial range x{case.value_scale:g}, {splits} splits ({path}, "
-                      f"{'fp16' if fp16 else 'fp32'}, {build or 'shipped rule'}) {case.id}: {outcome.report.brief()}")
+                      f"{'fp16 build' if fp16 else 'fp32 build'}, {build or 'shipped rule'}) {case.id}: "
+                      f"{outcome.report.brief()}")
     assert not outcome.problems(), f"{case.id}:\n{outcome.report.summary()}"
