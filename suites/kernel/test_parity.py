@@ -33,7 +33,8 @@ MATRIX = (
     *[VerifyCase(ctx=(3000, 777), n=16, heads=16, fragmented=f, indptr_dtype=i, mask_dtype=m, seed=8)
       for f, i, m in ((False, "int32", "bool"), (True, "int32", "uint8"),
                       (False, "int64", "uint8"), (True, "int64", "bool"))],
-    # the rows kernel (64 and 128 rows) over consecutive slots: its KV tiles by TMA
+    # the rows kernel (64 and 128 rows; the cases above of 256 rows run the seesaw kernel) over
+    # consecutive slots: one request, one in the short layout, a batch
     VerifyCase(ctx=(20000,), n=16, heads=8, fragmented=False, seed=13),
     VerifyCase(ctx=(3000,), n=8, heads=8, fragmented=False, seed=14),
     VerifyCase(ctx=(5000, 700, 9000, 64), n=8, heads=8, fragmented=False, seed=15),
