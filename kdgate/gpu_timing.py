@@ -141,14 +141,23 @@ def time_interleaved(graphs: dict[str, torch.cuda.CUDAGraph], reps: int = 30,
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def time_sequence(fns: list[Callable[[], object]], reps: int = 20) -> float:
-    """Microseconds per call when all of ``fns`` run back to back inside one CUDA graph
-    (no flush: the serving loop of many layers, each on its own inputs)."""
+def time_rotation(fns: list[Callable[[], object]], reps: int = 20) -> Timing:
+    """Per-call timing when all of ``fns`` run back to back inside one CUDA graph (no flush:
+    the serving loop of many layers, each on its own inputs): each replay's time ÷ len(fns)."""
+    if not fns:
+        raise ValueError("fns must hold at least one call, got none")
+
     def all_calls():
         for fn in fns:
             fn()
-    timing = time_call(all_calls, reps=reps, flush=None)
-    return timing.median_us / len(fns)
+    t = time_call(all_calls, reps=reps, flush=None)
+    k = len(fns)
+    return Timing(t.median_us / k, t.p10_us / k, t.p90_us / k, t.reps, t.graph)
+
+
+def time_sequence(fns: list[Callable[[], object]], reps: int = 20) -> float:
+    """Microseconds per call (median) of time_rotation()."""
+    return time_rotation(fns, reps).median_us
 
 
 def measure_ceilings(device="cuda") -> Ceilings:
@@ -171,16 +180,19 @@ def measure_ceilings(device="cuda") -> Ceilings:
 def launch_floor(flush: L2Flush, reps: int = 30, device="cuda", timing: str = "flushed") -> dict:
     """What this timing charges a call that does no work: medians (µs) of a call of one and
     of two one-element kernels, timed like a call (graph replay after ``flush``; under
-    ``code-warm`` timing, then the same kernels on another element), and the per-call time
-    of a 61-call loop of two such kernels (timed like the layer loop). Part of every
-    measured call time; no kernel design removes it."""
+    ``code-warm`` timing, then the same kernels on another element; under ``rotated``, per
+    call of a 61-call loop), and the per-call time of a 61-call loop of two such kernels
+    (timed like the layer loop). Part of every measured call time; no kernel design removes it."""
     check_timing(timing)
     x = torch.zeros(1, device=device)
     y = torch.zeros(1, device=device)
+    loop = time_sequence([lambda: (x.add_(1), x.add_(1))] * 61, reps=reps)
+    if timing == "rotated":
+        one = time_sequence([lambda: x.add_(1)] * 61, reps=reps)
+        return {"one_kernel_us": one, "two_kernels_us": loop, "loop_two_kernels_us": loop}
     warm = timing == "code-warm"
     one = time_call(lambda: x.add_(1), reps=reps, flush=flush,
                     before=replayable(lambda: y.add_(1)) if warm else None).median_us
     two = time_call(lambda: (x.add_(1), x.add_(1)), reps=reps, flush=flush,
                     before=replayable(lambda: (y.add_(1), y.add_(1))) if warm else None).median_us
-    loop = time_sequence([lambda: (x.add_(1), x.add_(1))] * 61, reps=reps)
     return {"one_kernel_us": one, "two_kernels_us": two, "loop_two_kernels_us": loop}

@@ -13,15 +13,18 @@ against the default path's. ``--baseline FILE`` compares each case's fraction of
 with a committed baseline (exit 1 on a drop > tolerance, 2 when it cannot be compared:
 another GPU model or timing method, or not a benchmark result).
 
-``--timing`` (kdgate.timing_methods) says what precedes each timed replay: the read
-flush alone (``flushed``, the default), or the flush then one call of the same code on a
-second input set (``code-warm``: instructions warm, the call's inputs cold).
+``--timing`` (kdgate.timing_methods) says how a call is timed: after the read flush alone
+(``flushed``, the default); after the flush then one call of the same code on a second
+input set (``code-warm``: instructions warm, the call's inputs cold); or back to back with
+calls on rotation_sets() input sets of the case's shape (rotation_calls() calls per replay)
+in one CUDA graph, no flush (``rotated``: a serving loop's view, per call). Under both of the latter each whole call is
+also timed flushed (``kernel_flushed``).
 
 ``bench.json``: {"schema": 1, "timing", "matrix", "environment", "ceilings": {copy_gbps,
 matmul_tflops} (the best of "ceiling_samples": [{after_cases, copy_gbps, matmul_tflops}],
 ``--ceiling-samples`` of them spread over the run), "cases": [{id, case fields,
 lengths_sum, lengths_min, lengths_max, splits, kernel {median_us, ...}, kernel_flushed
-{median_us, ...} (code-warm runs only: the same call timed flushed), main_us,
+{median_us, ...} (code-warm and rotated runs only: the same call timed flushed), main_us,
 combine_us, combine_share, combine_in_call_share, figures {gbps, tflops,
 roofline_fraction, ...}, extend_us, verify_shared_us, speedup_extend,
 speedup_verify_shared, max_abs_diff, path, rel_l2_vs_triton, paths: {NAME: {median_us,
@@ -45,6 +48,27 @@ from kdgate.timing_methods import DEFAULT_TIMING, TIMINGS, check_timing, result_
 
 SCHEMA = 1
 MIN_BASELINE_REPS, MAX_BASELINE_REPS = 3, 20
+ROTATION_BYTES = 256 << 20  # KV a rotated case's input sets hold together: five times the H200's 50 MiB L2
+MAX_ROTATION_SETS = 256
+MIN_ROTATION_CALLS = 16  # calls per graph replay: a replay's own launch weighs 1/16 of a call or less
+
+
+def rotation_sets(kv_bytes: int) -> int:
+    """Input sets a case cycles through under ``rotated`` timing: enough that they hold
+    ROTATION_BYTES of KV (``kv_bytes`` per set), so no call finds its inputs in L2; at least
+    2, at most MAX_ROTATION_SETS."""
+    if kv_bytes <= 0:
+        raise ValueError(f"kv_bytes must be positive, got {kv_bytes}")
+    return int(min(MAX_ROTATION_SETS, max(2, -(-ROTATION_BYTES // kv_bytes))))
+
+
+def rotation_calls(sets: int) -> int:
+    """Calls one replay of a rotated case makes over its ``sets`` input sets, each set in
+    turn: the sets repeated until there are at least MIN_ROTATION_CALLS (a whole number of
+    rounds, so every set is called equally often)."""
+    if sets < 1:
+        raise ValueError(f"sets must be >= 1, got {sets}")
+    return sets * -(-MIN_ROTATION_CALLS // sets)
 
 
 def environment() -> dict:
@@ -138,7 +162,7 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
     import torch
 
     from kdgate import baselines as sglang_kernels
-    from kdgate.gpu_timing import replayable, time_call
+    from kdgate.gpu_timing import replayable, time_call, time_rotation
     from kdgate.perf_inputs import build_perf_inputs
     from kdtree.verify_op import launch_part, tree_verify_fwd
 
@@ -149,19 +173,34 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
     args, kwargs = inputs.call_args(out)
     other = build_perf_inputs(case, "cuda", seed=1) if timing == "code-warm" else None
     other_call = other.call_args(other.new_output()) if other is not None else None
+    # rotated: further input sets of the same lengths (seeds 1, 2, ...), each with its output
+    rotation = [inputs] + ([build_perf_inputs(case, "cuda", seed=s, lengths_seed=0)
+                            for s in range(1, rotation_sets(case.kv_bytes()))] if timing == "rotated" else [])
+    kernel_sets = [(args, kwargs)] + [r.call_args(r.new_output()) for r in rotation[1:]]
 
-    def timed(make, own=(args, kwargs), n=reps):
-        """``make(args, kwargs)`` -> a call; times it on ``own`` (default: the case's inputs
-        and output) under this run's method."""
+    def timed(make, own=None, n=reps):
+        """``make(args, kwargs)`` -> a call; times it under this run's method on ``own``, a
+        list of (args, kwargs) (default: the kernel's; under rotated timing one per input
+        set, the first the case's own inputs and output), ``n`` replays."""
+        own = kernel_sets if own is None else own
+        if timing == "rotated":
+            calls = [make(*o) for o in own]
+            return time_rotation(calls * (rotation_calls(len(calls)) // len(calls)), reps=n)
         before = replayable(make(*other_call)) if other_call is not None else None
-        return time_call(make(*own), reps=n, flush=flush, before=before)
+        return time_call(make(*own[0]), reps=n, flush=flush, before=before)
+
+    def baseline_replays(fn, sets) -> int:
+        """Replays a slow baseline gets within the budget: _baseline_reps() single calls, as
+        whole rotations under rotated timing (at least MIN_BASELINE_REPS)."""
+        n = _baseline_reps(fn, baseline_budget_s)
+        return max(MIN_BASELINE_REPS, n // rotation_calls(len(sets))) if timing == "rotated" else n
 
     record = {"id": case.id, **case.as_dict(), "lengths_sum": sum(lengths),
               "lengths_min": min(lengths), "lengths_max": max(lengths)}
 
     whole = lambda a, k: lambda: tree_verify_fwd(*a, **k)  # noqa: E731
     kernel = timed(whole)
-    if other is not None:
+    if timing != "flushed":
         record["kernel_flushed"] = time_call(whole(args, kwargs), reps=reps, flush=flush).as_dict()
     splits, path = launch_part("main", *args, **kwargs)
     record["splits"] = splits
@@ -192,9 +231,9 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
     if baselines:
         ref_out = inputs.new_output()
         ref_call = inputs.call_args(ref_out)
+        ref_sets = [ref_call] + [r.call_args(r.new_output()) for r in rotation[1:]]
         extend = lambda a, k: lambda: sglang_kernels.triton_extend_attention(*a, **k)  # noqa: E731
-        n = _baseline_reps(extend(*ref_call), baseline_budget_s)
-        t = timed(extend, ref_call, n)
+        t = timed(extend, ref_sets, baseline_replays(extend(*ref_call), ref_sets))
         record["extend_us"] = t.median_us
         record["speedup_extend"] = t.median_us / kernel.median_us
         extend(*ref_call)()
@@ -205,12 +244,12 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
         if case.shape == "chain":
             shared = lambda a, k: lambda: sglang_kernels.triton_verify_shared_kv(*a, **k)  # noqa: E731
             if shared(*ref_call)():
-                n = _baseline_reps(shared(*ref_call), baseline_budget_s)
-                t = timed(shared, ref_call, n)
+                t = timed(shared, ref_sets, baseline_replays(shared(*ref_call), ref_sets))
                 record["verify_shared_us"] = t.median_us
                 record["speedup_verify_shared"] = t.median_us / kernel.median_us
     del inputs, out, args, kwargs
     other = other_call = None  # noqa: F841 (frees the second input set before the next case)
+    rotation = kernel_sets = ref_sets = None  # noqa: F841 (and the rotated ones)
     torch.cuda.empty_cache()
     return record, lengths
 
@@ -361,7 +400,7 @@ def table(result: dict) -> str:
 
 
 def has_flushed_times(result: dict) -> bool:
-    """Whether the run also timed its calls flushed (a code-warm run's ``kernel_flushed``)."""
+    """Whether the run also timed its calls flushed (a code-warm or rotated run's ``kernel_flushed``)."""
     return any("kernel_flushed" in r for r in result.get("cases", []))
 
 
@@ -369,7 +408,11 @@ def timing_line(result: dict) -> str:
     """One sentence: how each call was timed (kdgate.timing_methods), and what the
     flushed column is when the run has one."""
     timing = result_timing(result)
-    line = f"Each call timed as one CUDA graph replay {timing_words(timing)} (timing {timing})"
+    if timing == "rotated":
+        line = (f"Each call timed {timing_words(timing)} (a replay's time ÷ its calls, {MIN_ROTATION_CALLS} or more; "
+                f"input sets holding {ROTATION_BYTES >> 20} MiB of KV or more; timing {timing})")
+    else:
+        line = f"Each call timed as one CUDA graph replay {timing_words(timing)} (timing {timing})"
     if has_flushed_times(result):
         line += "; flushed µs: the same call timed after the read flush alone, its instructions read from DRAM"
     return line + "."
@@ -424,7 +467,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--timing", default=DEFAULT_TIMING, choices=sorted(TIMINGS),
                         help="what precedes each timed replay: " +
                              "; ".join(f"{k}: {v}" for k, v in TIMINGS.items()) +
-                             f" (default {DEFAULT_TIMING}; code-warm also times each whole call flushed)")
+                             f" (default {DEFAULT_TIMING}; code-warm and rotated also time each whole call flushed)")
     parser.add_argument("--baseline", type=Path, help="compare with this committed perf baseline JSON")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="allowed relative drop of a case's fraction of roofline (default 0.10)")

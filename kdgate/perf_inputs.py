@@ -41,11 +41,14 @@ def paged_slots(lengths: list[int], page_size: int, gen: torch.Generator) -> tup
     return flat.to(torch.int64), (total_pages + 1) * page_size
 
 
-def build_perf_inputs(case: PerfCase, device: str | torch.device = "cuda", seed: int = 0) -> VerifyInputs:
-    """One call's inputs for ``case`` on ``device`` (bf16; int32 indptrs, bool tree mask)."""
+def build_perf_inputs(case: PerfCase, device: str | torch.device = "cuda", seed: int = 0,
+                      lengths_seed: int | None = None) -> VerifyInputs:
+    """One call's inputs for ``case`` on ``device`` (bf16; int32 indptrs, bool tree mask):
+    values and slots from ``seed``, a mixed batch's lengths from ``lengths_seed`` (default:
+    ``seed``), so input sets of one call's shape can differ in their data alone."""
     host = torch.Generator().manual_seed(seed)
     dev = torch.Generator(device=device).manual_seed(seed)
-    lengths = request_lengths(case, seed)
+    lengths = request_lengths(case, seed if lengths_seed is None else lengths_seed)
     bs, n, H = case.bs, case.n, case.heads
     T = bs * n
     kv_indices, pool = paged_slots(lengths, case.page_size, host)

@@ -6,9 +6,10 @@ Each target is a threshold on a figure the benchmark measured in one run: fracti
 run's copy and matmul ceilings, speedups over SGLang's kernels on the same inputs, the
 combine's share of a call, the layer loop's time per call. A case can also be out of reach
 for any kernel under this timing: a call is one CUDA graph replay after a read flush (and,
-under code-warm timing, one call of the same code on other inputs), and a
-call of one kernel that does no work already takes the run's launch floor L
-(``launch_floor.one_kernel_us``). Counting L as overhead that no work overlaps, a case whose
+under code-warm timing, one call of the same code on other inputs), or under rotated timing
+one of many calls back to back in a graph, and a call of one kernel that does no work
+already takes the run's launch floor L (``launch_floor.one_kernel_us``, per call of such a
+loop under rotated timing). Counting L as overhead that no work overlaps, a case whose
 roofline floor is f µs can reach at most t / (f + L) of a ceiling whose own floor is t µs
 (t = f for the ceiling that sets the floor).
 """

@@ -171,23 +171,53 @@ def test_runs_timed_by_another_method_are_not_compared():
 def test_the_timing_methods_name_what_precedes_a_replay():
     from kdgate.timing_methods import TIMINGS, result_timing, timing_words
 
-    assert set(TIMINGS) == {"flushed", "code-warm"}
+    assert set(TIMINGS) == {"flushed", "code-warm", "rotated"}
     assert result_timing({}) == "flushed"
     assert "other inputs" in timing_words("code-warm") and timing_words("flushed") == "after the read flush"
+    assert "back to back" in timing_words("rotated") and "no flush" in timing_words("rotated")
     with pytest.raises(ValueError, match="timing must be one of"):
         timing_words("cold")
     assert parse_args([]).timing == "flushed" and parse_args(["--timing", "code-warm"]).timing == "code-warm"
+    assert parse_args(["--timing", "rotated"]).timing == "rotated"
 
 
-def test_a_code_warm_table_says_so_and_shows_each_calls_flushed_time():
+def test_a_rotated_case_cycles_through_enough_input_sets_to_exceed_the_l2():
+    from kdgate.perf_bench import MAX_ROTATION_SETS, ROTATION_BYTES, rotation_sets
+
+    one_k = 1025 * 1152  # bs 1, ctx 1k, N 1
+    assert rotation_sets(one_k) == min(MAX_ROTATION_SETS, -(-ROTATION_BYTES // one_k))
+    assert rotation_sets(one_k) * one_k >= ROTATION_BYTES
+    assert rotation_sets(18_900_000) * 18_900_000 >= ROTATION_BYTES
+    assert rotation_sets(10 << 30) == 2  # never fewer than two: a call never follows itself
+    assert rotation_sets(1) == MAX_ROTATION_SETS
+    with pytest.raises(ValueError, match="kv_bytes must be positive"):
+        rotation_sets(0)
+
+
+def test_a_rotated_replay_makes_whole_rounds_of_at_least_sixteen_calls():
+    from kdgate.perf_bench import MIN_ROTATION_CALLS, rotation_calls
+
+    assert MIN_ROTATION_CALLS == 16
+    assert [rotation_calls(k) for k in (1, 2, 3, 5, 16, 17, 256)] == [16, 16, 18, 20, 16, 17, 256]
+    with pytest.raises(ValueError, match="sets must be >= 1"):
+        rotation_calls(0)
+
+
+@pytest.mark.parametrize("timing, says", [
+    ("code-warm", "on other inputs of the case's shape (timing code-warm); flushed µs:"),
+    ("rotated", "Each call timed back to back with calls of the case's shape on other inputs, in one CUDA graph "
+                "with no flush (a replay's time ÷ its calls, 16 or more; input sets holding 256 MiB of KV or more; "
+                "timing rotated); flushed µs:"),
+])
+def test_a_table_says_how_each_call_was_timed_and_shows_its_flushed_time(timing, says):
     result = _result({"bs1-ctx4k-n8-h8-tree-p64": 0.4})
     text = table(result)
     assert "Each call timed as one CUDA graph replay after the read flush (timing flushed)." in text
     assert "flushed µs" not in text
-    result["timing"] = "code-warm"
+    result["timing"] = timing
     result["cases"][0]["kernel_flushed"] = {"median_us": 12.5}
     text = table(result)
-    assert "on other inputs of the case's shape (timing code-warm); flushed µs:" in text
+    assert says in text
     assert "| case | bound | kernel µs | flushed µs | floor µs |" in text
     assert "| bs1-ctx4k-n8-h8-tree-p64 | memory | 10.0 | 12.5 |" in text
 

@@ -2,7 +2,9 @@
 // 1152 bytes) from a large buffer into shared memory, with D tiles in flight, by
 //  (a) cp.async 16-byte copies from all 256 threads (as the shipped wgmma kernels), or
 //  (b) one bulk copy (cp.async.bulk, TMA engine) per 8 KB column block, completed on an mbarrier.
-// No math: measures how fast each way can feed an SM. Prints GB/s per variant.
+// No math: measures how fast each way can feed an SM. Prints GB/s per variant, each launch
+// timed alone after a read flush; then (Session 39) a second table timed as a loop: 16 launches
+// on rotated regions in one CUDA graph, plain and as programmatic launches.
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdint>
@@ -14,8 +16,14 @@ constexpr int kTileBytes = 73728, kThreads = 256, kMaxStages = 3;
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // depth-aware cp.async: wait until only depth-1 groups are pending
-template <int D>
+// kPdl: behind the wait a correct kernel of a programmatic launch needs before its first
+// global read (the verify kernels' order: let the next grid launch, then wait).
+template <int D, bool kPdl = false>
 __global__ void __launch_bounds__(kThreads, 1) cpasync_depth_kernel(const char* src, int tiles, int64_t cta_stride, float* sink) {
+  if constexpr (kPdl) {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  }
   extern __shared__ __align__(1024) unsigned char sm[];
   const char* base = src + blockIdx.x * cta_stride;
   auto issue = [&](int t) {
@@ -135,6 +143,44 @@ int main() {
       k3 = time_it([&] { cpasync_depth_kernel<1><<<3 * sms, kThreads, kTileBytes>>>(src, per, st, sink); }) * (3.0 * per / tiles);
     }
     printf("| %d | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", tiles, bytes / 1e6, copy, c1, c2, c3, b1, b2, b3, b2one, k2, k3);
+  }
+  // Loop timing (the issue's other permitted way: inputs rotated, no flush): L launches in one
+  // CUDA graph, each on its own region of the buffer, timed together and divided by L.
+  cudaFuncSetAttribute((const void*)cpasync_depth_kernel<2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kTileBytes);
+  cudaStream_t cs; cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+  printf("\nloop timing, us per launch (GB/s read):\n| tiles per CTA | MB | launches | cp.async D2 | the same, programmatic launches behind griddepcontrol.wait | copy D2D of the same bytes (read + written) | empty kernel |\n|---|---|---|---|---|---|---|\n");
+  for (int tiles : {2, 4, 8, 16}) {
+    const int64_t stride = (int64_t)tiles * kTileBytes;
+    const int64_t bytes = (int64_t)sms * stride;
+    const int L = (int)std::min<int64_t>(16, buf_bytes / bytes);
+    auto loop_us = [&](auto launch_one) {
+      cudaGraph_t g; cudaGraphExec_t ge;
+      cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal);
+      for (int l = 0; l < L; ++l) launch_one(src + (int64_t)l * bytes, l);
+      cudaStreamEndCapture(cs, &g); cudaGraphInstantiate(&ge, g, 0);
+      std::vector<float> ts;
+      for (int r = 0; r < 15; ++r) {
+        cudaGraphLaunch(ge, cs);
+        cudaEventRecord(a, cs); cudaGraphLaunch(ge, cs); cudaEventRecord(b, cs); cudaEventSynchronize(b);
+        float ms; cudaEventElapsedTime(&ms, a, b); if (r >= 3) ts.push_back(ms);
+      }
+      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+      return median(ts) * 1e3 / L;
+    };
+    const double d2 = loop_us([&](const char* s, int) { cpasync_depth_kernel<2><<<sms, kThreads, 2 * kTileBytes, cs>>>(s, tiles, stride, sink); });
+    const double pdl = loop_us([&](const char* s, int) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(sms); cfg.blockDim = dim3(kThreads); cfg.dynamicSmemBytes = 2 * kTileBytes; cfg.stream = cs;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr; cfg.numAttrs = 1;
+      cudaLaunchKernelEx(&cfg, cpasync_depth_kernel<2, true>, s, tiles, stride, sink);
+    });
+    const double cp = loop_us([&](const char* s, int l) { cudaMemcpyAsync(dst + (int64_t)l * (bytes / 2), s, (size_t)(bytes / 2), cudaMemcpyDeviceToDevice, cs); });
+    const double em = loop_us([&](const char*, int) { empty_kernel<<<sms, kThreads, 0, cs>>>(sink); });
+    auto gbps = [&](double us) { return us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0; };
+    printf("| %d | %.1f | %d | %.2f (%.0f) | %.2f (%.0f) | %.2f (%.0f) | %.2f |\n", tiles, bytes / 1e6, L, d2, gbps(d2), pdl,
+           gbps(pdl), cp, gbps(cp), em);
   }
   {
     std::vector<float> ts;
