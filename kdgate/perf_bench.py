@@ -17,8 +17,8 @@ another GPU model or timing method, or not a benchmark result).
 (``flushed``, the default); after the flush then one call of the same code on a second
 input set (``code-warm``: instructions warm, the call's inputs cold); or back to back with
 calls on rotation_sets() input sets of the case's shape (rotation_calls() calls per replay)
-in one CUDA graph, no flush (``rotated``: a serving loop's view, per call). Under both of the latter each whole call is
-also timed flushed (``kernel_flushed``).
+in one CUDA graph, no flush (``rotated``: a serving loop's view, per call). Under both of
+the latter each whole call is also timed flushed (``kernel_flushed``).
 
 ``bench.json``: {"schema": 1, "timing", "matrix", "environment", "ceilings": {copy_gbps,
 matmul_tflops} (the best of "ceiling_samples": [{after_cases, copy_gbps, matmul_tflops}],
@@ -157,8 +157,9 @@ def bench_case(case: PerfCase, ceilings, flush, reps: int = 30, baseline_budget_
     module docstring for the fields; figures against ``ceilings``) and the request lengths
     it ran. Under ``code-warm`` every timed replay (the kernel's call, main and combine
     alone, each path, each SGLang baseline) follows the same launch on a second input set
-    of the case's shape (seed 1), and the whole call is also timed flushed
-    (``kernel_flushed``)."""
+    of the case's shape (seed 1); under ``rotated`` each timed thing runs back to back over
+    rotation_sets() input sets of the case's lengths (seeds 0, 1, ...), rotation_calls() calls
+    per replay. Under either the whole call is also timed flushed (``kernel_flushed``)."""
     import torch
 
     from kdgate import baselines as sglang_kernels
