@@ -9,11 +9,11 @@ table gives what a kernel that only reads the same bytes takes, timed the same w
 """
 import torch
 
-from kdgate.gpu_timing import measure_ceilings, time_sequence
-from kdgate.perf_inputs import build_perf_inputs, request_lengths
+from kdgate.gpu_timing import measure_ceilings
+from kdgate.perf_bench import layer_loop
+from kdgate.perf_inputs import request_lengths
 from kdgate.perf_matrix import matrix
 from kdgate.roofline import best_of, call_bytes
-from kdtree.verify_op import tree_verify_fwd
 
 LAYERS = 16  # 16 x 18.9 MB already exceeds the 50 MB L2
 INPUT_BUDGET = 20e9  # bytes of KV the calls of one graph may hold together
@@ -27,13 +27,7 @@ for case in cases:
     layers = int(max(2, min(LAYERS, INPUT_BUDGET // case.kv_bytes())))
     # bytes per call, the mean over the calls (a mixed batch's lengths differ by seed)
     nbytes = sum(call_bytes(request_lengths(case, seed=layer), case.n) for layer in range(layers)) / layers
-    calls = []
-    for layer in range(layers):
-        inputs = build_perf_inputs(case, "cuda", seed=layer)
-        args, kwargs = inputs.call_args(inputs.new_output())
-        calls.append(lambda a=args, k=kwargs: tree_verify_fwd(*a, **k))
-    kernel_us = time_sequence(calls)
-    del calls, inputs, args, kwargs
+    kernel_us = layer_loop(case, layers)["per_call_us"]  # the bench's layer-loop recipe
     frac = nbytes / (kernel_us * 1e-6) / 1e9 / copy_gbps
     print(f"| {case.id} | {nbytes / 1e6:.1f} | {layers} | {kernel_us:.1f} | {frac:.2f} |", flush=True)
     torch.cuda.empty_cache()
