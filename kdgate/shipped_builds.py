@@ -14,13 +14,15 @@ from __future__ import annotations
 
 
 def build_with(defines: tuple[str, ...]):
-    """A candidate launching the shipped sources built with ``defines`` (verify_op.launch_build)."""
+    """A candidate launching the shipped sources built with ``defines`` (verify_op.launch_build);
+    ``defines`` is kept on it, so a host can prebuild every such build."""
     def fwd(*args, **kwargs):
         from kdtree.verify_op import launch_build
 
         launch_build(defines, *args, **kwargs)
         return True
 
+    fwd.defines = tuple(defines)
     fwd.writes_lse = True
     fwd.static_checks = True
     return fwd

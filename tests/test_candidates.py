@@ -14,6 +14,7 @@ def test_default_and_named_candidates():
 def test_module_and_file_candidates(tmp_path):
     broken = resolve("kdgate.broken_kernels:mask_shift")
     assert broken.name == "kdgate.broken_kernels:mask_shift" and broken.writes_lse
+    assert broken.fn.defines == ("KDTREE_FAULT_MASK_SHIFT",)
     source = tmp_path / "my_kernel.py"
     source.write_text("def fwd(*args, **kwargs):\n    return True\nfwd.writes_lse = True\n")
     mine = resolve(f"{source}:fwd")

@@ -3,12 +3,13 @@
 # 0.5.23 and what its Triton kernels import, syrupy, hypothesis, rich), builds every library
 # variant the steps use in parallel, then runs the named steps, each under its own time limit:
 #   parity        the kernel layer's parity, running-maximum and split/combine tests (-m kernel)
-#   parity-v1/-v5 the same for the switched builds (overlap_variants.py, as --kernel)
+#   parity-copies-after-pv, parity-qk-after-swap   the same for a switched build
+#                 (overlap_variants.py, as --kernel)
 #   ab            same-run A/B of patch 47 against KDTREE_ROWS_TILE_AFTER_TILE (the rows kernel)
 #   ab-variants   the same plus the switched builds, the no-copy probe and the seesaw from 128 rows
-#   memcheck, memcheck-v5, racecheck, racecheck-v5   compute-sanitizer over kdgate.sanitize_run
+#   memcheck, racecheck, and -qk-after-swap of each   compute-sanitizer over kdgate.sanitize_run
 #   layers        the kernel and graph layers
-# Apply 47b-overlapped-rows-kernel-switches.diff first (the -v1/-v5, probe and seesaw steps
+# Apply 47b-overlapped-rows-kernel-switches.diff first (the switched, probe and seesaw steps
 # need its switches). Logs come back as $OUT/run.tgz, the A/B tables as $OUT/ab*.md; a short
 # table of exit codes and times is printed last.
 # Usage (repo root, .whl carried): bash docs/perf-h200-wgmma/experiments/device_patch47.sh STEP...
@@ -28,13 +29,14 @@ nvcc --version | tail -1
 start=$(date +%s)
 python3 - <<'EOF' 2>&1 | tee "$OUT/build.log"
 from concurrent.futures import ThreadPoolExecutor
+from kdgate import broken_kernels, shipped_builds
 from kdtree.build import build_hash, library_path
-variants = [(), ("KDTREE_ROWS_TILE_AFTER_TILE",), ("KDTREE_PARTIALS_FP32",), ("KDTREE_PARTIALS_FP16",),
-            ("KDTREE_OVERLAP_COPIES_AFTER_PV",), ("KDTREE_OVERLAP_QK_AFTER_SWAP",),
-            ("KDTREE_PROBE_OVERLAP_NO_COPIES",), ("KDTREE_SEESAW_FROM_128_ROWS",)] + [
-    (f"KDTREE_FAULT_{f}",) for f in ("MASK_SHIFT", "DROP_SPLIT", "SHORT_LAYOUT_UNMARKED", "BATCH_LAYOUT_UNMARKED",
-                                     "GRID_LAYOUT_MERGES_ALL", "NO_RESCALE", "PARTIAL_UNSCALED",
-                                     "CALL_FORMAT_IGNORED")]
+# the gate's own builds (fault and format candidates), then the A/B switches of the steps below
+gate = {fn.defines for module in (broken_kernels, shipped_builds) for fn in vars(module).values()
+        if isinstance(getattr(fn, "defines", None), tuple)}
+variants = [(), ("KDTREE_ROWS_TILE_AFTER_TILE",), ("KDTREE_OVERLAP_COPIES_AFTER_PV",),
+            ("KDTREE_OVERLAP_QK_AFTER_SWAP",), ("KDTREE_PROBE_OVERLAP_NO_COPIES",),
+            ("KDTREE_SEESAW_FROM_128_ROWS",), *sorted(gate)]
 with ThreadPoolExecutor(len(variants)) as pool:
     for v, path in zip(variants, pool.map(library_path, variants)):
         print(f"build {build_hash(v)} {'+'.join(v) or 'default'}: {path}")
@@ -56,9 +58,9 @@ PARITY="suites/kernel/test_parity.py suites/kernel/test_running_max.py suites/ke
 for s in "${steps[@]}"; do
     case $s in
         parity) run_step parity 240 python3 -m pytest -q -p no:cacheprovider -n 4 -m kernel -rfEs $PARITY ;;
-        parity-v1) run_step parity-v1 200 python3 -m pytest -q -p no:cacheprovider -n 4 -m kernel -rfEs \
+        parity-copies-after-pv) run_step $s 200 python3 -m pytest -q -p no:cacheprovider -n 4 -m kernel -rfEs \
                        --kernel $V:copies_after_pv $PARITY ;;
-        parity-v5) run_step parity-v5 200 python3 -m pytest -q -p no:cacheprovider -n 4 -m kernel -rfEs \
+        parity-qk-after-swap) run_step $s 200 python3 -m pytest -q -p no:cacheprovider -n 4 -m kernel -rfEs \
                        --kernel $V:qk_after_swap $PARITY ;;
         ab) run_step ab 240 python3 -m kdgate.build_ab --matrix full --loop-layers 0 --out "$OUT/ab" \
                 --against rows=KDTREE_ROWS_TILE_AFTER_TILE --only $CASES ;;
@@ -70,9 +72,9 @@ for s in "${steps[@]}"; do
                 --against seesaw128=KDTREE_SEESAW_FROM_128_ROWS --only $CASES ;;
         memcheck) run_step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 1 \
                       python3 -m kdgate.sanitize_run ;;
-        memcheck-v5) run_step memcheck-v5 200 compute-sanitizer --tool memcheck --error-exitcode 1 \
+        memcheck-qk-after-swap) run_step $s 200 compute-sanitizer --tool memcheck --error-exitcode 1 \
                       python3 -m kdgate.sanitize_run --kernel $V:qk_after_swap ;;
-        racecheck-v5) run_step racecheck-v5 240 compute-sanitizer --tool racecheck --error-exitcode 1 \
+        racecheck-qk-after-swap) run_step $s 240 compute-sanitizer --tool racecheck --error-exitcode 1 \
                        python3 -m kdgate.sanitize_run --quick --kernel $V:qk_after_swap ;;
         racecheck) run_step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 1 \
                        python3 -m kdgate.sanitize_run --quick ;;
