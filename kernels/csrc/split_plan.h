@@ -155,6 +155,23 @@ __host__ __device__ inline bool short_layout_possible(int64_t bs, int64_t row_bl
 #endif
 }
 
+// Whether a call of the rows kernel (kPathWgmma64 below the seesaw threshold) runs its build
+// with a copying warpgroup (wgmma/verify_kernel_rows.cuh: kCopier): one request in two row
+// blocks (65-128 rows). Static sizes only. Measured on an H100 (same-run A/B of the full matrix
+// against the build where every thread copies, Session 42): those calls 1.06-1.08x faster at
+// ctx 64k-128k and 1.00-1.02x at 1k-16k; one request in one row block 0.88-0.90x at ctx 1k-4k
+// (the short layout) and 0.95-0.97x at 16k, batches in the batch layout 0.94-0.99x at bs 4-8,
+// so those keep the other build. -DKDTREE_ROWS_NO_COPIER: never (A/B).
+__host__ __device__ inline bool rows_copier(int64_t bs, int64_t row_blocks) {
+#if defined(KDTREE_ROWS_NO_COPIER)
+  (void)bs;
+  (void)row_blocks;
+  return false;
+#else
+  return bs == 1 && row_blocks >= 2;
+#endif
+}
+
 // The format of a call's partial states (verify_params.h), from its static sizes only (so a
 // captured graph keeps its build, each kernel built for one format, chosen at launch): fp16
 // values when the call runs the rows kernel (kPathWgmma64 below the seesaw threshold; the only

@@ -254,19 +254,26 @@ int kdtree_verify_launch_part(const VerifyParams* params, void* stream_handle, i
         }
         switch (kdtree::partial_build(p.path, p.n_max, p.heads, p.bs, p.row_blocks, p.num_splits,
                                       p.total_tokens * p.heads)) {
-          case kdtree::kPartialsFp16ShortFp32:  // one request (bs 1): never the batch layout
-            e = launch_main<wr::verify_rows_kernel<false, kdtree::kPartialsFp16ShortFp32>, wr::kThreads,
-                            wr::kSmemBytes>(p, stream);
+          case kdtree::kPartialsFp16ShortFp32:  // one request in one row block (bs 1): neither the batch
+                                                // layout nor the copier
+            e = launch_main<wr::verify_rows_kernel<false, kdtree::kPartialsFp16ShortFp32, false>,
+                            wr::kThreadsOf<false>, wr::kSmemBytes>(p, stream);
             break;
           case kdtree::kPartialsFp16:
-            e = launch_main_for_layout<wr::verify_rows_kernel<true, kdtree::kPartialsFp16>,
-                                       wr::verify_rows_kernel<false, kdtree::kPartialsFp16>, wr::kThreads,
-                                       wr::kSmemBytes>(p, stream);
+            e = kdtree::rows_copier(p.bs, p.row_blocks)  // one request (bs 1): never the batch layout
+                    ? launch_main<wr::verify_rows_kernel<false, kdtree::kPartialsFp16, true>, wr::kThreadsOf<true>,
+                                  wr::kSmemBytes>(p, stream)
+                    : launch_main_for_layout<wr::verify_rows_kernel<true, kdtree::kPartialsFp16, false>,
+                                             wr::verify_rows_kernel<false, kdtree::kPartialsFp16, false>,
+                                             wr::kThreadsOf<false>, wr::kSmemBytes>(p, stream);
             break;
           default:
-            e = launch_main_for_layout<wr::verify_rows_kernel<true, kdtree::kPartialsFp32>,
-                                       wr::verify_rows_kernel<false, kdtree::kPartialsFp32>, wr::kThreads,
-                                       wr::kSmemBytes>(p, stream);
+            e = kdtree::rows_copier(p.bs, p.row_blocks)
+                    ? launch_main<wr::verify_rows_kernel<false, kdtree::kPartialsFp32, true>, wr::kThreadsOf<true>,
+                                  wr::kSmemBytes>(p, stream)
+                    : launch_main_for_layout<wr::verify_rows_kernel<true, kdtree::kPartialsFp32, false>,
+                                             wr::verify_rows_kernel<false, kdtree::kPartialsFp32, false>,
+                                             wr::kThreadsOf<false>, wr::kSmemBytes>(p, stream);
         }
         break;
       default: return static_cast<int>(cudaErrorInvalidValue);

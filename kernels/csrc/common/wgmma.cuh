@@ -38,6 +38,16 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
+// Named barrier for `threads` threads that also returns whether `pred` held in any of them
+// (__syncthreads_or() for part of the CTA).
+__device__ __forceinline__ bool named_barrier_or(int id, int threads, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any) : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(threads) : "memory");
+  return any != 0;
+}
+
 // Arrive at named barrier `id` without waiting (the waiting side uses named_barrier).
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "../common/mbarrier.cuh"
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
 #include "../common/wgmma.cuh"
@@ -116,6 +117,85 @@ __device__ __forceinline__ int64_t await_tile(const VerifyParams& p, const Reque
     *next_index = prefix_index_ahead(p, ext, jn + kTile, j_end);
   }
   return next_source;
+}
+
+// Copying warp cw's share (rows 16 cw + 4 gi + row_sub, gi < 4) of the fill of `stage` with
+// KV positions [j0, j0 + 64): lane (row_sub = lane / 8, cc = lane % 8) copies 16-byte chunk cc
+// of its rows in every column block, so one warp instruction moves four whole 128-byte row
+// segments. raw[gi]: the slot index of row 16 cw + 4 gi + row_sub (prefix_index_ahead()).
+// Block and row-group offsets are immediates.
+__device__ __forceinline__ void fill_tile(const VerifyParams& p, const RequestExtent& ext, uint32_t stage, int64_t j0,
+                                          int64_t j_end, const int64_t* raw, int cw, int lane) {
+  const int row_sub = lane / 8, cc = lane % 8;
+  // rows 16 cw + 4 gi + row_sub lie at swizzle phase row_sub (gi even) or row_sub + 4 (gi odd)
+  const uint32_t rows = stage + cw * 16 * 128;
+  const uint32_t dst_even = rows + wgmma::swizzled(row_sub, cc), dst_odd = rows + wgmma::swizzled(row_sub + 4, cc) - 512;
+#pragma unroll
+  for (int gi = 0; gi < 4; ++gi) {
+    const int64_t j = j0 + 16 * cw + 4 * gi + row_sub;
+    int bytes;
+    const bf16* src = static_cast<const bf16*>(kv_row(p, ext, j, kv_source_of(p, ext, j, j_end, raw[gi], cc == 0), &bytes));
+    const uint32_t dst = ((gi & 1) ? dst_odd : dst_even) + gi * 512;
+#pragma unroll
+    for (int blk = 0; blk < kColBlocks; ++blk) cp_async_16_to(dst + blk * kBlockBytes, src + cc * 8 + blk * 64, bytes);
+  }
+}
+
+// The copying warpgroup's whole part (copier warp cw): tile tt (KV positions j_begin + 64 tt..)
+// into stage tt % 2 at `base`, once the consumers have released that stage's previous fill
+// (empty + 8 s, release_stage()); each fill counted into full + 8 s once its copies land.
+// Returns when its last copies have landed.
+__device__ __forceinline__ void copy_tiles(const VerifyParams& p, const RequestExtent& ext, uint32_t base,
+                                           int64_t j_begin, int64_t j_end, int64_t num_tiles, uint32_t full,
+                                           uint32_t empty, int cw, int lane) {
+  int64_t raw[4];
+  for (int64_t tt = 0; tt < num_tiles; ++tt) {
+    const int64_t j0 = j_begin + tt * kTile;
+#pragma unroll
+    for (int gi = 0; gi < 4; ++gi) raw[gi] = prefix_index_ahead(p, ext, j0 + 16 * cw + 4 * gi + lane / 8, j_end);
+    const uint32_t st = static_cast<uint32_t>(tt & 1);
+    if (tt >= kStages) mbarrier::wait(empty + 8 * st, static_cast<uint32_t>(((tt >> 1) - 1) & 1));
+    fill_tile(p, ext, base + st * kStageBytes, j0, j_end, raw, cw, lane);
+    mbarrier::arrive_after_copies(full + 8 * st);
+  }
+  cp_async_wait<0>();
+}
+
+// Starts the copier pipeline of a CTA whose warpgroups 0 and 1 compute and warpgroup 2 copies
+// (kThreads = 384): thread 0 sets each stage's full barrier (kThreads arrivals per fill: every
+// thread once) and empty barrier (one arrival per computing warp), then the CTA syncs.
+// Warpgroup 2 then drops to kCopierRegisters, runs copy_tiles() and gets true (its caller
+// returns); the computing warpgroups raise theirs to kConsumerRegisters and get false.
+template <int kThreads, int kCopierRegisters, int kConsumerRegisters>
+__device__ __forceinline__ bool run_copier_warpgroup(const VerifyParams& p, const RequestExtent& ext, uint32_t base,
+                                                     int64_t j_begin, int64_t j_end, int64_t num_tiles, uint32_t full,
+                                                     uint32_t empty, int tid, int wg, int warp, int lane) {
+  static_assert(kThreads == 384, "two computing warpgroups and one copying warpgroup");
+  if (tid == 0) {
+#pragma unroll
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier::init(full + 8 * st, kThreads);
+      mbarrier::init(empty + 8 * st, (kThreads - 128) / 32);
+    }
+  }
+  __syncthreads();  // the barriers are initialised
+  if (wg == 2) {
+    wgmma::release_registers<kCopierRegisters>();
+    copy_tiles(p, ext, base, j_begin, j_end, num_tiles, full, empty, warp, lane);
+    return true;
+  }
+  wgmma::claim_registers<kConsumerRegisters>();
+  return false;
+}
+
+// A consumer warp is done with the fill of stage `s` it last read (its wgmma reads have
+// completed): when the stage has a next fill, count this thread into that fill's arrivals
+// (full barrier) and, once per warp, free the stage for the copying warp (empty barrier).
+__device__ __forceinline__ void release_stage(uint32_t full_s, uint32_t empty_s, bool next_fill, int lane) {
+  if (!next_fill) return;
+  mbarrier::arrive_after_copies(full_s);
+  __syncwarp();
+  if (lane == 0) mbarrier::arrive(empty_s);
 }
 
 // Draft positions of the tile at `stage` (KV positions [j0, j0 + 64)) take their V from

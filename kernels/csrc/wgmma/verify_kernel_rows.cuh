@@ -12,17 +12,27 @@
 // on the others P is formed against the maximum both warpgroups already hold, and one barrier
 // publishes P and says whether it was formed right (-DKDTREE_ROW_MAX_EVERY_TILE: the maxima
 // meet on every tile, P over the tile's rope block, which no MMA reads once both QKs are
-// done). KV tiles of 64 positions are gathered by every thread with cp.async into two stages,
-// the next tile's copies issued while this tile's QK MMAs run (warpgroup 1's before it issues
-// its own MMAs, while it waits for warpgroup 0's; 0's right after its issue); draft positions
-// take V from v_extend, copied over K's first 512 columns after QK. Split-KV partial states
-// have the same format as the other paths (combine.cuh).
+// done). KV tiles of 64 positions are gathered with cp.async into two stages, in one of two
+// builds (split_plan.h: rows_copier()):
+// - by every thread, the next tile's copies issued while this tile's QK MMAs run (warpgroup
+//   1's before it issues its own MMAs, while it waits for warpgroup 0's; 0's right after its
+//   issue), each tile opened by a CTA barrier;
+// - by a third warpgroup that only copies (kCopier; fill_tile(), as the seesaw kernel's
+//   copier): tile t + 2 as soon as both computing warpgroups have released tile t's stage
+//   after its PV (empty barrier), a fill complete once its copies have landed and every
+//   computing thread has arrived (full barrier), so the computing warpgroups issue no KV copy
+//   and wait at no barrier of the whole CTA; the copier gives its registers to them
+//   (setmaxnreg) and their barriers are named ones of 256 threads.
+// Draft positions take V from v_extend, copied by the computing warpgroups over K's first 512
+// columns after QK. Split-KV partial states have the same format as the other paths
+// (combine.cuh).
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
 #include <utility>
 
 #include "../common/grid_dependency.cuh"
+#include "../common/mbarrier.cuh"
 #include "../common/mma.cuh"
 #include "../common/request_extent.cuh"
 #include "../common/wgmma.cuh"
@@ -39,7 +49,15 @@ namespace wgmma_rows {
 using namespace wgmma_path;  // the KV tile layout and its staging (kv_staging.cuh)
 
 constexpr int kRows = 64;                               // query rows per CTA (the MMA's M)
-constexpr int kThreads = 256;                           // two warpgroups
+constexpr int kConsumers = 256;                         // two warpgroups computing
+// threads per CTA: the computing warpgroups, and with kCopier a warpgroup copying KV tiles
+template <bool kCopier>
+constexpr int kThreadsOf = kCopier ? kConsumers + 128 : kConsumers;
+constexpr int kConsumerRegisters = 232;  // kCopier: per computing thread, after the copier gives back
+constexpr int kCopierRegisters = 40;     // all but these (setmaxnreg; 240 and 24 spill more)
+static_assert(2 * 128 * kConsumerRegisters + 128 * kCopierRegisters <= 65536 / 384 / 8 * 8 * 384,
+              "the warpgroups' registers fit the CTA's launch allocation");
+constexpr int kConsumerBarrier = 6;      // kCopier: the computing warpgroups' CTA-wide barrier
 constexpr int kHalfDims = kValueDim / 2;                // value dims per warpgroup
 constexpr int kQBlockBytes = kRows * 128;
 constexpr int kQBytes = kColBlocks * kQBlockBytes;
@@ -51,8 +69,9 @@ constexpr int kPBytes = 0;
 constexpr int kPBytes = kRows * kTile * 2;  // P's own block (bf16, swizzled like Q), after Q
 #endif
 constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes + kQBytes + kPBytes + kDraftWords * 4 +
-                           4 * kRows * 4 /* row maxima and sums of each warpgroup */;
-constexpr int kThreadsPerRow = kThreads / kTile;        // KV tile copies
+                           4 * kRows * 4 /* row maxima and sums of each warpgroup */ +
+                           4 * 8 /* kCopier: full and empty barriers per stage */;
+constexpr int kThreadsPerRow = kConsumers / kTile;      // KV tile copies (kCopier: draft V rows only)
 static_assert(kSmemBytes <= 232448, "Hopper's opt-in shared memory per block");
 static_assert(kRows * kStagedRowBytes <= kQBytes, "the staged partial rows fit where Q was");
 
@@ -91,11 +110,25 @@ __device__ __forceinline__ void store_p_half(const float* s, const float* base_m
     }
 }
 
+// A barrier of the computing warpgroups: the whole CTA's, or with kCopier a named one of theirs
+// (the copier does not take part); cta_barrier_or() also returns whether `pred` held in any.
+template <bool kCopier>
+__device__ __forceinline__ void cta_barrier() {
+  if constexpr (kCopier) wgmma::named_barrier(kConsumerBarrier, kConsumers);
+  else __syncthreads();
+}
+template <bool kCopier>
+__device__ __forceinline__ bool cta_barrier_or(bool pred) {
+  if constexpr (kCopier) return wgmma::named_barrier_or(kConsumerBarrier, kConsumers, pred);
+  else return __syncthreads_or(pred) != 0;
+}
+
 // 64 rows per CTA, or in a one-request call short enough for the short layout
 // (short_layout.cuh) 16 of them (the rest padding). kPartials: the partial states this build
-// writes (split_plan.h: PartialBuild, partial_build(), which the launch follows).
-template <bool kBatchLayout, int kPartials>  // cta_place()
-__global__ void __launch_bounds__(kThreads, 1)
+// writes (split_plan.h: PartialBuild, partial_build(), which the launch follows); kCopier:
+// the build with a copying warpgroup (rows_copier()).
+template <bool kBatchLayout, int kPartials, bool kCopier>  // kBatchLayout: cta_place()
+__global__ void __launch_bounds__(kThreadsOf<kCopier>, 1)
 verify_rows_kernel(const VerifyParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   prefetch_extent_lines(p, blockIdx.y);  // L2 prefetches only, ahead of the wait
@@ -120,6 +153,8 @@ verify_rows_kernel(const VerifyParams p) {
   uint32_t* draft_vis = reinterpret_cast<uint32_t*>(smem_raw + (q_addr + kQBytes + kPBytes - raw));
   float* row_max = reinterpret_cast<float*>(draft_vis + kDraftWords);  // [2][64]: this tile's, per warpgroup
   float* row_sum = row_max + 2 * kRows;                                // [2][64]: l of each warpgroup
+  const uint32_t full = smem_address(row_sum + 2 * kRows);  // kCopier, stage s: full + 8 s (landed), empty + 8 s (free)
+  const uint32_t empty = full + 16;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
@@ -144,27 +179,48 @@ verify_rows_kernel(const VerifyParams p) {
 
   const int load_r = tid / TPR, load_c0 = tid % TPR;
   const int64_t num_tiles = j_begin < j_end ? ceil_div(j_end - j_begin, kTile) : 0;
+  int64_t next_index = 0;
+  if constexpr (kCopier) {
+    // warpgroup 2 copies tile tt into stage tt % 2 once its previous fill is released, then returns
+    if (run_copier_warpgroup<kThreadsOf<true>, kCopierRegisters, kConsumerRegisters>(
+            p, ext, base, j_begin, j_end, num_tiles, full, empty, tid, wg, warp, lane))
+      return;
+    if (num_tiles > 0) {
+      load_q_rows<kConsumers, kRows>(p, q_addr, row0, row_end, qo_start, tid);
+      for (int st = 0; st < kStages && st < num_tiles; ++st) mbarrier::arrive_after_copies(full + 8 * st);  // (Q)
+      if (j_end > prefix) stage_draft_visibility<kConsumers>(p, mask_base, length, prefix, ext.qo_len, draft_vis);
+    }
+    wgmma::named_barrier(kConsumerBarrier, kConsumers);  // the draft visibility bits
+  } else {
   if (num_tiles > 0) {
     const int64_t first_index = prefix_index_ahead(p, ext, j_begin + load_r, j_end);
-    load_q_rows<kThreads, kRows>(p, q_addr, row0, row_end, qo_start, tid);
+    load_q_rows<kConsumers, kRows>(p, q_addr, row0, row_end, qo_start, tid);
     load_kv_tile<TPR>(p, ext, base, j_begin,
                                   kv_source_of(p, ext, j_begin + load_r, j_end, first_index, load_c0 == 0), load_r,
                                   load_c0);
   }
   cp_async_commit();
   if (num_tiles > 0 && j_end > prefix)
-    stage_draft_visibility<kThreads>(p, mask_base, length, prefix, ext.qo_len, draft_vis);
-  int64_t next_index = prefix_index_ahead(p, ext, j_begin + kTile + load_r, j_end);
+    stage_draft_visibility<kConsumers>(p, mask_base, length, prefix, ext.qo_len, draft_vis);
+  next_index = prefix_index_ahead(p, ext, j_begin + kTile + load_r, j_end);
+  }
 
   const float scale = static_cast<float>(p.scale_log2);
   const uint32_t q_desc = wgmma::descriptor_low(q_addr, 16);
   const uint32_t half_offset = static_cast<uint32_t>(wg_uniform) * (kTile / 2) * 128;  // rows 32 w..
   for (int64_t it = 0; it < num_tiles; ++it) {
-    const uint32_t stage = base + static_cast<uint32_t>(it & 1) * kStageBytes;
+    const uint32_t st = static_cast<uint32_t>(it & 1);
+    const uint32_t stage = base + st * kStageBytes;
     const int64_t j0 = j_begin + it * kTile;
-    const bool load_next = it + 1 < num_tiles;
+    const bool load_next = !kCopier && it + 1 < num_tiles;
     const uint32_t next_stage = base + static_cast<uint32_t>((it + 1) & 1) * kStageBytes;
-    const int64_t next_source = await_tile(p, ext, j0, j_end, load_next, load_r, load_c0, &next_index);
+    int64_t next_source = -1;
+    if constexpr (kCopier) {
+      mbarrier::wait(full + 8 * st, static_cast<uint32_t>((it >> 1) & 1));  // tile it (and Q) landed
+      wgmma::fence_shared_for_async();
+    } else {
+      next_source = await_tile(p, ext, j0, j_end, load_next, load_r, load_c0, &next_index);
+    }
 
     // -- S_w = Q . K_w^T over 576 dims (36 k16 steps); warpgroup 1's behind warpgroup 0's
     float s[16];
@@ -172,7 +228,9 @@ verify_rows_kernel(const VerifyParams p) {
     for (int i = 0; i < 16; ++i) s[i] = 0.f;
     const uint32_t stage_uniform = __shfl_sync(0xffffffffu, stage, 0);
     // the next tile's copies: warpgroup 1 issues its share while it waits for warpgroup 0's
-    // QK issue, warpgroup 0 its share right after that issue (while the tensor cores work)
+    // QK issue, warpgroup 0 its share right after that issue (while the tensor cores work).
+    // Warpgroup 1's QK queues behind warpgroup 0's; with kCopier the barrier also keeps either
+    // warpgroup from storing this tile's P before the other's PV of the last tile has read it
     if (wg == 1) {
       if (load_next) load_kv_tile<TPR>(p, ext, next_stage, j0 + kTile, next_source, load_r, load_c0);
       wgmma::named_barrier(3, 256);
@@ -186,7 +244,7 @@ verify_rows_kernel(const VerifyParams p) {
                                      // row-sum exchange after one-sided arrivals
       if (load_next) load_kv_tile<TPR>(p, ext, next_stage, j0 + kTile, next_source, load_r, load_c0);
     }
-    cp_async_commit();
+    if constexpr (!kCopier) cp_async_commit();
     wgmma::wait<0>();
 #pragma unroll
     for (int i = 0; i < 16; ++i) wgmma::pin(s[i]);
@@ -226,7 +284,7 @@ verify_rows_kernel(const VerifyParams p) {
       const float base_m[2] = {m_run[0] == -INFINITY ? 0.f : m_run[0], m_run[1] == -INFINITY ? 0.f : m_run[1]};
       store_p_half(s, base_m, p_block, qrow, wg, t, sum);
       wgmma::fence_shared_for_async();
-      exchange = __syncthreads_or(moved) != 0;  // all of P in shared memory; did a maximum move?
+      exchange = cta_barrier_or<kCopier>(moved);  // all of P in shared memory; did a maximum move?
       if (!exchange)
 #pragma unroll
         for (int h = 0; h < 2; ++h) l_run[h] += sum[h];  // alpha = 1: nothing to rescale
@@ -237,7 +295,7 @@ verify_rows_kernel(const VerifyParams p) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         if (t == 0) row_max[wg * kRows + qrow[h]] = mx[h];
-      __syncthreads();  // both QKs done (K is free), both halves' maxima in shared memory
+      cta_barrier<kCopier>();  // both QKs done (K is free), both halves' maxima in shared memory
 
       // -- draft positions take their V from v_extend: copied over K's first 512 columns (it
       // lands while the softmax runs)
@@ -261,7 +319,7 @@ verify_rows_kernel(const VerifyParams p) {
 
       if (draft_tile) cp_async_wait<0>();  // the draft V rows landed (and the next tile's, if any)
       wgmma::fence_shared_for_async();
-      __syncthreads();  // all of P (and the draft V rows) in shared memory
+      cta_barrier<kCopier>();  // all of P (and the draft V rows) in shared memory
     }
 
     // -- O += P . V over this warpgroup's 256 dims (4 k16 steps of N = 256)
@@ -273,6 +331,7 @@ verify_rows_kernel(const VerifyParams p) {
     wgmma::wait<0>();
 #pragma unroll
     for (int i = 0; i < kHalfDims / 2; ++i) wgmma::pin(acc[i]);
+    if constexpr (kCopier) release_stage(full + 8 * st, empty + 8 * st, it + kStages < num_tiles, lane);
   }
   cp_async_wait<0>();
   allow_dependents_at_epilogue(half_idle);
@@ -281,7 +340,7 @@ verify_rows_kernel(const VerifyParams p) {
   write_row_halves<kPartials != kPartialsFp32>(p, split, row0, row_end, qo_start, tok_of, qrow, m_run, l_run, acc,
                                                row_sum, smem_raw + (q_addr - raw),
                                                kPartials == kPartialsFp16 || !short_layout, wg, t,
-                                               [] { __syncthreads(); });
+                                               [] { cta_barrier<kCopier>(); });
 #else
   __trap();  // built for another architecture: the plan never picks this path there
 #endif

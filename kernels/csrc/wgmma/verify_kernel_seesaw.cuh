@@ -85,38 +85,6 @@ __device__ __forceinline__ void pv_steps_registers(float* acc, const uint32_t* p
   (wgmma::MmaRS256::run<(I * 2048) / 16>(acc, p + 4 * I, v_desc), ...);
 }
 
-// Copying warp cw's share (rows 16 cw + 4 gi + row_sub, gi < 4) of the fill of `stage` with
-// KV positions [j0, j0 + 64): lane (row_sub = lane / 8, cc = lane % 8) copies 16-byte chunk cc
-// of its rows in every column block, so one warp instruction moves four whole 128-byte row
-// segments. raw[gi]: the slot index of row 16 cw + 4 gi + row_sub (prefix_index_ahead()).
-// Block and row-group offsets are immediates.
-__device__ __forceinline__ void fill_tile(const VerifyParams& p, const RequestExtent& ext, uint32_t stage, int64_t j0,
-                                          int64_t j_end, const int64_t* raw, int cw, int lane) {
-  const int row_sub = lane / 8, cc = lane % 8;
-  // rows 16 cw + 4 gi + row_sub lie at swizzle phase row_sub (gi even) or row_sub + 4 (gi odd)
-  const uint32_t rows = stage + cw * 16 * 128;
-  const uint32_t dst_even = rows + wgmma::swizzled(row_sub, cc), dst_odd = rows + wgmma::swizzled(row_sub + 4, cc) - 512;
-#pragma unroll
-  for (int gi = 0; gi < 4; ++gi) {
-    const int64_t j = j0 + 16 * cw + 4 * gi + row_sub;
-    int bytes;
-    const bf16* src = static_cast<const bf16*>(kv_row(p, ext, j, kv_source_of(p, ext, j, j_end, raw[gi], cc == 0), &bytes));
-    const uint32_t dst = ((gi & 1) ? dst_odd : dst_even) + gi * 512;
-#pragma unroll
-    for (int blk = 0; blk < kColBlocks; ++blk) cp_async_16_to(dst + blk * kBlockBytes, src + cc * 8 + blk * 64, bytes);
-  }
-}
-
-// A consumer warp is done with the fill of stage `s` it last read (its wgmma reads have
-// completed): when the stage has a next fill, count this thread into that fill's arrivals
-// (full barrier) and, once per warp, free the stage for the copying warp (empty barrier).
-__device__ __forceinline__ void release_stage(uint32_t full_s, uint32_t empty_s, bool next_fill, int lane) {
-  if (!next_fill) return;
-  mbarrier::arrive_after_copies(full_s);
-  __syncwarp();
-  if (lane == 0) mbarrier::arrive(empty_s);
-}
-
 // Scale and mask a tile's scores (log2 units) in place; returns this thread's two row maxima
 // over the quad in mx[0..1]. `vis`: row_visible_bits() of the tile.
 __device__ __forceinline__ void mask_and_row_max(float* s, uint32_t vis, float scale, float* mx) {
@@ -203,31 +171,10 @@ verify_seesaw_kernel(const VerifyParams p) {
 
   const int load_r = wtid / kLoadsPerRow, load_c = wtid % kLoadsPerRow;  // draft V rows
   const int64_t num_tiles = j_begin < j_end ? ceil_div(j_end - j_begin, kTile) : 0;
-  if (tid == 0) {
-#pragma unroll
-    for (int st = 0; st < 2; ++st) {
-      mbarrier::init(full + 8 * st, kThreads);  // every thread once per fill: copies landed / stage released
-      mbarrier::init(empty + 8 * st, kConsumers / 32);  // every consumer warp once per fill
-    }
-  }
-  __syncthreads();  // the barriers are initialised
-
-  if (wg == 2) {  // -- the copying warpgroup: tile tt into stage tt % 2 once its previous fill is released
-    wgmma::release_registers<kCopierRegisters>();
-    int64_t raw[4];
-    for (int64_t tt = 0; tt < num_tiles; ++tt) {
-      const int64_t j0 = j_begin + tt * kTile;
-#pragma unroll
-      for (int gi = 0; gi < 4; ++gi) raw[gi] = prefix_index_ahead(p, ext, j0 + 16 * warp + 4 * gi + lane / 8, j_end);
-      const uint32_t st = static_cast<uint32_t>(tt & 1);
-      if (tt >= 2) mbarrier::wait(empty + 8 * st, static_cast<uint32_t>(((tt >> 1) - 1) & 1));
-      fill_tile(p, ext, base + st * kStageBytes, j0, j_end, raw, warp, lane);
-      mbarrier::arrive_after_copies(full + 8 * st);
-    }
-    cp_async_wait<0>();
+  // warpgroup 2 copies tile tt into stage tt % 2 once its previous fill is released, then returns
+  if (run_copier_warpgroup<kThreads, kCopierRegisters, kConsumerRegisters>(p, ext, base, j_begin, j_end, num_tiles,
+                                                                          full, empty, tid, wg, warp, lane))
     return;
-  }
-  wgmma::claim_registers<kConsumerRegisters>();
 
   if (num_tiles > 0) {
     load_q_rows<kConsumers, kRows>(p, q_addr, row0, rows, qo_start, tid);
