@@ -3,17 +3,24 @@
 Polls a one-token generation until one succeeds. Fails at once, with the reason, when the
 server process the gate started has exited or the systemd unit it watches is failed or
 inactive; otherwise fails when the time is up, naming the last error. Progress (elapsed,
-last status) is reported every ``progress_every_s`` seconds.
+last status) is reported every ``progress_every_s`` seconds, by default on stderr (stdout
+stays the caller's: reports, JSON, a child's pid).
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from typing import Callable
 
 from kdgate.live_client import LiveClient, ServerError
+
+
+def print_to_stderr(line: str) -> None:
+    """The default progress sink: one line on stderr."""
+    print(line, file=sys.stderr, flush=True)
 
 
 class NotReady(RuntimeError):
@@ -29,7 +36,7 @@ def unit_state(unit: str) -> str:
 
 
 def wait_ready(client: LiveClient, seconds: float, process: subprocess.Popen | None = None,
-               systemd_unit: str | None = None, progress: Callable[[str], None] = print,
+               systemd_unit: str | None = None, progress: Callable[[str], None] = print_to_stderr,
                progress_every_s: float = 10.0, poll_s: float = 1.0) -> float:
     """Block until ``client`` completes a real generation; returns the seconds waited."""
     started = time.monotonic()

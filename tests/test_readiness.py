@@ -35,3 +35,13 @@ def test_a_server_answering_500_never_counts_as_ready():
     with fault_server("http-500") as (url, _):
         with pytest.raises(NotReady, match="HTTP 500"):
             wait_ready(LiveClient(url, timeout_s=2), 2, poll_s=0.2)
+
+
+def test_default_progress_goes_to_stderr_and_leaves_stdout_alone(capfd):
+    # stdout belongs to the caller (a report, JSON, a child process's pid read by its parent)
+    client = LiveClient(f"http://127.0.0.1:{free_port()}", timeout_s=2)
+    with pytest.raises(NotReady):
+        wait_ready(client, 2, progress_every_s=0.5, poll_s=0.2)
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "waiting for" in err
