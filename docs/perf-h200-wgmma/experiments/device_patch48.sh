@@ -11,8 +11,9 @@
 #   bench200   `kdtree-gate bench` of the 200x case (bs 1, ctx 64k, N 16, H 8), SGLang included
 #   memcheck, racecheck   compute-sanitizer over kdgate.sanitize_run (racecheck --quick)
 #   layers     the kernel and graph layers
-# Logs come back as $OUT/STEP.log (copied as each step ends) and $OUT/run.tgz, the A/B tables as $OUT/ab*.md; a short table of exit codes
-# and times is printed last.
+# Logs come back as $OUT/STEP.log (copied as each step ends) and $OUT/run.tgz, the A/B tables
+# as $OUT/ab*.md; a short table of exit codes and times is printed last; the exit code is the
+# worst step's.
 # Usage (repo root, .whl and .kbuild/prev carried): bash docs/perf-h200-wgmma/experiments/device_patch48.sh STEP...
 set -u
 FINAL=${OUT:-/tmp/out}
