@@ -192,17 +192,16 @@ verify_rows_kernel(const VerifyParams p) {
     }
     wgmma::named_barrier(kConsumerBarrier, kConsumers);  // the draft visibility bits
   } else {
-  if (num_tiles > 0) {
-    const int64_t first_index = prefix_index_ahead(p, ext, j_begin + load_r, j_end);
-    load_q_rows<kConsumers, kRows>(p, q_addr, row0, row_end, qo_start, tid);
-    load_kv_tile<TPR>(p, ext, base, j_begin,
-                                  kv_source_of(p, ext, j_begin + load_r, j_end, first_index, load_c0 == 0), load_r,
-                                  load_c0);
-  }
-  cp_async_commit();
-  if (num_tiles > 0 && j_end > prefix)
-    stage_draft_visibility<kConsumers>(p, mask_base, length, prefix, ext.qo_len, draft_vis);
-  next_index = prefix_index_ahead(p, ext, j_begin + kTile + load_r, j_end);
+    if (num_tiles > 0) {
+      const int64_t first_index = prefix_index_ahead(p, ext, j_begin + load_r, j_end);
+      load_q_rows<kConsumers, kRows>(p, q_addr, row0, row_end, qo_start, tid);
+      load_kv_tile<TPR>(p, ext, base, j_begin,
+                        kv_source_of(p, ext, j_begin + load_r, j_end, first_index, load_c0 == 0), load_r, load_c0);
+    }
+    cp_async_commit();
+    if (num_tiles > 0 && j_end > prefix)
+      stage_draft_visibility<kConsumers>(p, mask_base, length, prefix, ext.qo_len, draft_vis);
+    next_index = prefix_index_ahead(p, ext, j_begin + kTile + load_r, j_end);
   }
 
   const float scale = static_cast<float>(p.scale_log2);
