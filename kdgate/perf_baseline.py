@@ -6,16 +6,21 @@ A baseline is a benchmark result (``kdgate.perf_bench`` JSON) saved on purpose. 
 that run's copy and matmul ceilings), so a slower or faster clock on the same GPU model
 moves both sides alike. Runs on a different GPU model, or timed by another method
 (kdgate.timing_methods), are not comparable and are refused.
-Baselines are never overwritten by this module.
+Baselines are never overwritten by this module. The committed baseline of a GPU model is
+``baselines/perf-<model>-wgmma.json`` (``committed_baseline()``), so each model's perf layer
+finds its own.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdgate.timing_methods import result_timing
+
+BASELINES = Path(__file__).resolve().parent.parent / "baselines"
 
 
 @dataclass
@@ -64,6 +69,24 @@ def write_baseline(path: Path, result: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "x") as sink:
         json.dump(result, sink, indent=1)
+
+
+def gpu_model_slug(gpu: str) -> str:
+    """The file-name form of a GPU model name: "NVIDIA H200" -> "h200",
+    "NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3" (lower case, the vendor dropped, every run of
+    other characters one dash). Raises ValueError when nothing is left."""
+    if not isinstance(gpu, str):
+        raise ValueError(f"gpu: expected a GPU model name (str), got {gpu!r}")
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower().removeprefix("nvidia")).strip("-")
+    if not slug:
+        raise ValueError(f"gpu: expected a GPU model name, got {gpu!r}")
+    return slug
+
+
+def committed_baseline(gpu: str, directory: Path = BASELINES) -> Path:
+    """Where the committed perf baseline of GPU model ``gpu`` lives (it may not exist yet):
+    ``directory/perf-<gpu_model_slug(gpu)>-wgmma.json``."""
+    return Path(directory) / f"perf-{gpu_model_slug(gpu)}-wgmma.json"
 
 
 def same_gpu(run: dict, baseline: dict) -> tuple[bool, str]:

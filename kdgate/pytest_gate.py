@@ -83,10 +83,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gate-data", default=None, metavar="FILE",
                     help="write the run's measurements (notes and structured figures) to FILE "
                          "as JSON (the nightly report reads it)")
-    group.addoption("--perf-baseline", default=str(Path(__file__).resolve().parent.parent / "baselines" / "perf-h200-wgmma.json"),
-                    metavar="FILE",
-                    help="committed perf baseline the perf layer compares with "
-                         "(default baselines/perf-h200-wgmma.json)")
+    group.addoption("--perf-baseline", default=None, metavar="FILE",
+                    help="perf baseline the perf layer compares with (default: the committed one of "
+                         "this GPU model, baselines/perf-<model>-wgmma.json, e.g. perf-h200-wgmma.json)")
     group.addoption("--perf-matrix", default="ci", metavar="NAME",
                     help="benchmark matrix of the perf layer: ci (default), full or smoke")
     group.addoption("--perf-tolerance", type=float, default=0.10, metavar="F",

@@ -1,6 +1,7 @@
-"""Perf layer: the kernel's fraction of the roofline per case, against the committed
-baseline (``--perf-baseline``), measured by the benchmark in this process with the baseline's
-timing method; a slowed kernel (no KV split) must be flagged."""
+"""Perf layer: the kernel's fraction of the roofline per case, against a baseline
+(``--perf-baseline``; by default the committed one of this GPU model,
+``baselines/perf-<model>-wgmma.json``), measured by the benchmark in this process with the
+baseline's timing method; a slowed kernel (no KV split) must be flagged."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kdgate.perf_baseline import compare, load_baseline, same_gpu
+from kdgate.perf_baseline import committed_baseline, compare, load_baseline, same_gpu
 from kdgate.perf_bench import context_lines
 from kdgate.perf_targets import describe
 from kdgate.perf_matrix import PerfCase, matrix
@@ -22,22 +23,31 @@ SLOWED_CASES = (PerfCase(1, 128 * 1024, 8, 8, "tree"), PerfCase(1, 128 * 1024, 4
 
 
 @pytest.fixture(scope="module")
-def baseline(pytestconfig) -> dict:
-    path = Path(pytestconfig.getoption("--perf-baseline"))
+def gpu_model(cuda_device) -> str:
+    import torch
+
+    return torch.cuda.get_device_properties(cuda_device).name
+
+
+@pytest.fixture(scope="module")
+def baseline(pytestconfig, gpu_model) -> dict:
+    """The named baseline (missing: a failure), or this GPU model's committed one (none
+    committed: the layer is not run, and says how to record one)."""
+    named = pytestconfig.getoption("--perf-baseline")
+    path = Path(named) if named else committed_baseline(gpu_model)
     if not path.is_file():
-        pytest.fail(f"no perf baseline at {path}: record one on the GPU model it is for with "
-                    f"`kdtree-gate bench --matrix ci --write-baseline {path}` and commit it")
+        how = f"record one with `kdtree-gate bench --matrix ci --write-baseline {path}` and commit it"
+        if named:
+            pytest.fail(f"no perf baseline at {path} (--perf-baseline): {how}")
+        pytest.skip(f"not run: no perf baseline committed for {gpu_model} ({path}): {how}")
     return load_baseline(path)
 
 
 @pytest.fixture(scope="module")
-def perf_run(pytestconfig, cuda_device, baseline) -> dict:
-    import torch
-
+def perf_run(pytestconfig, gpu_model, baseline) -> dict:
     from kdgate.perf_bench import run
 
-    name = torch.cuda.get_device_properties(cuda_device).name
-    ok, names = same_gpu({"environment": {"gpu": name}}, baseline)
+    ok, names = same_gpu({"environment": {"gpu": gpu_model}}, baseline)
     if not ok:
         pytest.skip(f"not run: the perf baseline is for another GPU model ({names})")
     return run(matrix(pytestconfig.getoption("--perf-matrix")), reps=20, baseline_budget_s=0.5,
