@@ -43,6 +43,26 @@ enum Merge : int { kNone = 0, kSignal = 1, kReduce = 2, kFlagged = 3 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+// A 16-byte load, relaxed at GPU scope (sees other SMs' stores without a cache hint).
+__device__ __forceinline__ float4 load_relaxed(const float4* at) {
+  float4 p;
+  asm volatile("ld.relaxed.gpu.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(p.x), "=f"(p.y), "=f"(p.z), "=f"(p.w) : "l"(at) : "memory");
+  return p;
+}
+
+// Adds every thread's v; thread 0 writes the CTA's sum to *dst. Call from every thread.
+__device__ __forceinline__ void write_block_sum(float v, float* dst) {
+  __shared__ float warp_sum[kThreads / 32];
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.f;
+    for (int w = 0; w < kThreads / 32; ++w) s += warp_sum[w];
+    *dst = s;
+  }
+}
+
 // Streams pieces [blockIdx.x * per, +per) of `src` (piece: bytes per piece, a tile or a
 // fraction of one) through two shared-memory stages with cp.async, then
 // does merge step `M`. `counter` only grows: each launch adds gridDim.x, so the CTA whose add
@@ -83,23 +103,13 @@ stream_kernel(const char* src, int per, int piece, float4* partials, unsigned* c
       float v = 0.f;
       for (unsigned i = threadIdx.x; i < gridDim.x; i += kThreads) {
         float4 p;
-        do {
-          asm volatile("ld.relaxed.gpu.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                       : "=f"(p.x), "=f"(p.y), "=f"(p.z), "=f"(p.w) : "l"(partials + i) : "memory");
-        } while (p.y != 1.f);
+        do p = load_relaxed(partials + i);
+        while (p.y != 1.f);
         v += p.x;
         asm volatile("st.relaxed.gpu.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(partials + i), "f"(0.f), "f"(0.f),
                      "f"(0.f), "f"(0.f) : "memory");
       }
-      for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      __shared__ float flagged_sum[kThreads / 32];
-      if (threadIdx.x % 32 == 0) flagged_sum[threadIdx.x / 32] = v;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float t = 0.f;
-        for (int w = 0; w < kThreads / 32; ++w) t += flagged_sum[w];
-        out[3] = t;
-      }
+      write_block_sum(v, out + 3);
     }
   } else {
     if (threadIdx.x == 0) {
@@ -112,21 +122,8 @@ stream_kernel(const char* src, int per, int piece, float4* partials, unsigned* c
     if (M == kReduce && last) {
       asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
       float v = 0.f;
-      for (unsigned i = threadIdx.x; i < gridDim.x; i += kThreads) {
-        float4 p;
-        asm volatile("ld.relaxed.gpu.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                     : "=f"(p.x), "=f"(p.y), "=f"(p.z), "=f"(p.w) : "l"(partials + i) : "memory");
-        v += p.x;
-      }
-      for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      __shared__ float warp_sum[kThreads / 32];
-      if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = v;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float s = 0.f;
-        for (int w = 0; w < kThreads / 32; ++w) s += warp_sum[w];
-        out[1] = s;
-      }
+      for (unsigned i = threadIdx.x; i < gridDim.x; i += kThreads) v += load_relaxed(partials + i).x;
+      write_block_sum(v, out + 1);
     }
   }
 }
@@ -138,15 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1) merge_kernel(const float4* partia
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   float v = 0.f;
   for (int i = threadIdx.x; i < n; i += kThreads) v += partials[i].x;
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __shared__ float warp_sum[kThreads / 32];
-  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float s = 0.f;
-    for (int w = 0; w < kThreads / 32; ++w) s += warp_sum[w];
-    out[2] = s;
-  }
+  write_block_sum(v, out + 2);
 }
 
 __global__ void read_flush_kernel(const float4* p, int64_t n, float* sink) {
