@@ -64,8 +64,7 @@ __device__ __forceinline__ void write_block_sum(float v, float* dst) {
 }
 
 // Streams pieces [blockIdx.x * per, +per) of `src` (piece: bytes per piece, a tile or a
-// fraction of one) through two shared-memory stages with cp.async, then
-// does merge step `M`. `counter` only grows: each launch adds gridDim.x, so the CTA whose add
+// fraction of one) through S shared-memory stages with cp.async, then does merge step `M`. `counter` only grows: each launch adds gridDim.x, so the CTA whose add
 // returns a multiple of gridDim.x minus one is the launch's last.
 template <int M, int S = 2>
 __global__ void __launch_bounds__(kThreads, 1)
