@@ -25,7 +25,8 @@
 // each behind griddepcontrol.wait, per launch, median of 12 replays; each cell the least of three
 // passes over the whole table. The copy ceiling is the
 // bench's: a 2 GiB device-to-device copy, bytes read + written, best of 8 medians of 10.
-// Prints every form on every grid under both timings, the bare stream from 16-64 SMs, then the
+// Prints every form on every grid under both timings, the bare stream from 16-128 SMs (by
+// cp.async and by bulk copies, three tiles in flight per CTA), then the
 // least merged call against the budget; exit 1 on a CUDA error.
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o merge_floor_probe merge_floor_probe.cu
 #include <cuda_runtime.h>
@@ -39,7 +40,7 @@ constexpr int kTiles = 256;              // 16,384 positions
 constexpr double kCaseBytes = 16392.0 * 1152.0;  // bs1 ctx16k N8: bytes = (ctx + N) x 1152
 constexpr int kThreads = 256;
 
-enum Merge : int { kNone = 0, kSignal = 1, kReduce = 2, kFlagged = 3 };
+enum Merge : int { kNone = 0, kSignal = 1, kReduce = 2, kFlagged = 3, kBulk = 4 /* no merge: the stream by bulk copies */ };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -127,6 +128,43 @@ stream_kernel(const char* src, int per, int piece, float4* partials, unsigned* c
   }
 }
 
+// The bare stream by bulk copies (TMA's cp.async.bulk, no tensor map): S stages of one piece,
+// each filled by 8 bulk copies that complete on the stage's mbarrier. The few-SM table runs
+// it beside the cp.async stream, so its bound does not rest on one copy mechanism.
+template <int S>
+__global__ void __launch_bounds__(kThreads, 1) bulk_stream_kernel(const char* src, int per, int piece, float* out) {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  extern __shared__ __align__(1024) unsigned char sm[];
+  __shared__ __align__(8) uint64_t full[S];
+  const char* base = src + (int64_t)blockIdx.x * per * piece;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(full + s)));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int chunk = piece / 8;  // a multiple of 16 bytes for every piece the probe uses
+  auto issue = [&](int t) {
+    if (threadIdx.x == 0 && t < per) {
+      const uint32_t bar = smem_u32(full + t % S), d = smem_u32(sm + (t % S) * piece);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(piece) : "memory");
+      for (int c = 0; c < 8; ++c)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                     ::"r"(d + c * chunk), "l"(base + (int64_t)t * piece + c * chunk), "r"(chunk), "r"(bar) : "memory");
+    }
+  };
+  for (int t = 0; t < S; ++t) issue(t);
+  float acc = 0.f;
+  for (int t = 0; t < per; ++t) {
+    asm volatile("{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra WAIT_%=;\n}\n"
+                 ::"r"(smem_u32(full + t % S)), "r"((t / S) & 1) : "memory");
+    acc += reinterpret_cast<const float*>(sm + (t % S) * piece)[threadIdx.x];
+    __syncthreads();
+    issue(t + S);
+  }
+  if (acc == 12345.f) out[0] = acc;
+}
+
 // The second kernel of the shipped design's shape: one CTA, behind the stream, reads every
 // split's 16-byte partial and writes the sum.
 __global__ void __launch_bounds__(kThreads, 1) merge_kernel(const float4* partials, int n, float* out) {
@@ -195,6 +233,7 @@ int main() {
                  (const void*)stream_kernel<kFlagged>})
     cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kTileBytes);
   cudaFuncSetAttribute((const void*)stream_kernel<kNone, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * kTileBytes);
+  cudaFuncSetAttribute((const void*)bulk_stream_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * kTileBytes);
 
   // copy ceiling, as the bench measures it
   double copy_gbps = 0;
@@ -237,6 +276,7 @@ int main() {
     cfg.numAttrs = 1;
     const char* s = src + (int64_t)r * region;
     unsigned* c = counters + slot;
+    if (m == kBulk) cudaLaunchKernelEx(&cfg, bulk_stream_kernel<3>, s, g.per, g.piece, out);
     if (m == kNone && g.stages == 3) cudaLaunchKernelEx(&cfg, stream_kernel<kNone, 3>, s, g.per, g.piece, partials, c, out);
     if (m == kNone && g.stages == 2) cudaLaunchKernelEx(&cfg, stream_kernel<kNone>, s, g.per, g.piece, partials, c, out);
     if (m == kSignal) cudaLaunchKernelEx(&cfg, stream_kernel<kSignal>, s, g.per, g.piece, partials, c, out);
@@ -328,13 +368,17 @@ int main() {
   // the bare stream from fewer SMs (three full tiles in flight per CTA): what a design that
   // does not spread a bs-1 request over the whole GPU (a cluster merging in distributed
   // shared memory, say) could read
-  printf("\nstream from fewer SMs, us per call (fraction of copy)\n| CTAs x tiles | flushed | rotated |\n|---|---|---|\n");
-  for (int ctas : {16, 32, 64}) {
+  printf("\nstream from fewer SMs, us per call (fraction of copy); cp.async as above, bulk: 8 cp.async.bulk per tile\n"
+         "| CTAs x tiles | cp.async flushed | cp.async rotated | bulk flushed | bulk rotated |\n|---|---|---|---|---|\n");
+  for (int ctas : {16, 32, 64, 128}) {
     const Grid g{"few", ctas, kTiles / ctas, kTileBytes, 3};
-    double fl = 1e30, ro = 1e30;
-    for (int pass = 0; pass < 3; ++pass)
+    double fl = 1e30, ro = 1e30, bfl = 1e30, bro = 1e30;
+    for (int pass = 0; pass < 3; ++pass) {
       fl = std::min(fl, flushed_us(g, kNone, false, 60)), ro = std::min(ro, rotated_us(g, kNone, false, 60));
-    printf("| %d x %d | %.2f (%.3f) | %.2f (%.3f) |\n", ctas, kTiles / ctas, fl, of_copy(fl), ro, of_copy(ro));
+      bfl = std::min(bfl, flushed_us(g, kBulk, false, 60)), bro = std::min(bro, rotated_us(g, kBulk, false, 60));
+    }
+    printf("| %d x %d | %.2f (%.3f) | %.2f (%.3f) | %.2f (%.3f) | %.2f (%.3f) |\n", ctas, kTiles / ctas, fl, of_copy(fl), ro,
+           of_copy(ro), bfl, of_copy(bfl), bro, of_copy(bro));
   }
   printf("\nleast merged call: flushed %.2f us (%.3f of copy; %s the %.2f us budget), rotated %.2f us (%.3f; %s it)\n",
          need_f, of_copy(need_f), need_f > budget_us ? "over" : "within", budget_us, need_r, of_copy(need_r),
