@@ -1,5 +1,5 @@
-// Merge-floor probe (Session 45; the few-SM table, Session 46): a floor under the time of a split-KV call of a bs-1 ctx-16k
-// memory-bound case (18,883,584 bytes of KV: 16,392 positions x 1,152), under the two timings
+// Merge-floor probe (Session 45; its few-SM table, Session 46): a floor under the time of a
+// split-KV call of a bs-1 ctx-16k memory-bound case (18,883,584 bytes of KV: 16,392 positions x 1,152), under the two timings
 // issue #7 allows, against the 0.80-of-copy budget of target 1. Every form is faster than a
 // verify call could be: no indices, Q, mask or math, and 16-byte partials where a real split
 // writes 8-64 KB.
