@@ -1,8 +1,8 @@
-// Merge-floor probe (Session 45; its few-SM table, Session 46): a floor under the time of a split-
-// KV call of a bs-1 ctx-16k memory-bound case (18,883,584 bytes of KV: 16,392 positions x 1,152),
-// under the two timings issue #7 allows, against the 0.80-of-copy budget of target 1. Every form is
-// faster than a verify call could be: no indices, Q, mask or math, and 16-byte partials where a
-// real split writes 8-64 KB.
+// Merge-floor probe (Session 45; its few-SM table, Session 46): a floor under the time of a
+// split-KV call of a bs-1 ctx-16k memory-bound case (18,883,584 bytes of KV: 16,392 positions x
+// 1,152), under the two timings issue #7 allows, against the 0.80-of-copy budget of target 1. Every
+// form is faster than a verify call could be: no indices, Q, mask or math, and 16-byte partials
+// where a real split writes 8-64 KB.
 //
 // A bs-1 request has to spread its KV over the SMs to stream it near the copy ceiling, so the
 // splits' results must be merged after the last split ends. The probe streams 256 tiles of
