@@ -8,25 +8,27 @@ logprob and top alternatives. The syrupy extension:
 * compares token streams by the tie-aware rule (prefix equal, first difference a near-tie
   in both runs); the re-scoring of the stored continuation after a split needs the
   server, so the test does it (:func:`rescore_stored`) and asserts it separately;
-* writes only under ``--snapshot-update``, and never deletes a stored snapshot (a test
-  that errored during an update leaves its snapshot as it was; remove stale files by hand);
+* reads a snapshot from ``--snapshot-dir`` (default ``./snapshots``), or, where that folder
+  has none for the test, from the reference snapshots shipped with kdtree-gate (the
+  embedded server's); writes only under ``--snapshot-update``, only into ``--snapshot-dir``,
+  and never deletes a stored snapshot (a test that errored during an update leaves its
+  snapshot as it was; remove stale files by hand);
 * on failure prints the first-divergence reports instead of a JSON diff.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from kdgate.live_client import Generation, TokenStep
+from kdgate.shipped import data_dir
 from kdgate.tie_rule import EPS_DEFAULT, compare_generations
 
-# the committed snapshots; KDGATE_SNAPSHOT_DIR points the live layer at another folder
-# (the layer's own fault tests run it against a copy)
-SNAPSHOT_DIR = Path(os.environ.get("KDGATE_SNAPSHOT_DIR") or Path(__file__).resolve().parent.parent / "snapshots")
+# the reference snapshots shipped with the gate (the embedded server's)
+REFERENCE_DIR = data_dir("snapshots")
 
 
 def payload(identity: dict, generations: dict[str, Generation]) -> dict:
@@ -48,11 +50,23 @@ def steps_of(entry: dict) -> list[TokenStep]:
 
 class GenerationSnapshotExtension(JSONSnapshotExtension):
     eps = EPS_DEFAULT
+    snapshot_dir = Path("snapshots")   # --snapshot-dir (set by the live layer's fixture)
+    updating = False                   # --snapshot-update
     _last_reports: list[str] = []
 
     @classmethod
     def dirname(cls, *, test_location) -> str:
-        return str(SNAPSHOT_DIR / Path(test_location.filepath).stem)
+        return str(Path(cls.snapshot_dir).resolve() / Path(test_location.filepath).stem)
+
+    @classmethod
+    def get_location(cls, *, test_location, index) -> str:
+        """The snapshot in --snapshot-dir; where it has none (and nothing is being written), the
+        shipped reference snapshot of the same test, if there is one."""
+        mine = Path(super().get_location(test_location=test_location, index=index))
+        if cls.updating or mine.is_file():
+            return str(mine)
+        reference = REFERENCE_DIR / mine.parent.name / mine.name
+        return str(reference if reference.is_file() else mine)
 
     def serialize(self, data, **kwargs) -> str:
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
@@ -84,6 +98,15 @@ class GenerationSnapshotExtension(JSONSnapshotExtension):
 
     def diff_lines(self, serialized_data, snapshot_data):
         yield from (type(self)._last_reports or ["(the tie rule found no problem)"])
+
+
+def stored_file(snapshot_dir: Path, module: str, test: str) -> Path:
+    """The stored snapshot file of ``test`` (a function name) of test module ``module``: the one
+    in ``snapshot_dir``, else the shipped reference one (the path in ``snapshot_dir`` when
+    neither exists)."""
+    mine = Path(snapshot_dir).resolve() / module / f"{test}.json"
+    reference = REFERENCE_DIR / module / f"{test}.json"
+    return reference if not mine.is_file() and reference.is_file() else mine
 
 
 def read_stored(snapshot) -> dict | None:

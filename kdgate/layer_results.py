@@ -27,6 +27,7 @@ class LayerResult:
     wall_s: float = 0.0
     reasons: list[str] = field(default_factory=list)     # why not run / what failed
     failures: list[str] = field(default_factory=list)    # "test id: first line of the message"
+    tests: list[dict] = field(default_factory=list)       # {test, outcome, judges, message}: kdgate.verdict
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

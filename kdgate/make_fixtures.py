@@ -32,12 +32,13 @@ import torch
 from safetensors.torch import load_file
 
 from kdgate import capture_drift
+from kdgate.shipped import data_dir
 from kdgate.fixtures import read_manifest
 from kdtree.fixture_format import MANIFEST, save_capture, sha256_of, write_manifest
 
 ROTATION_SEED = 576_2026
 CHURN = dict(page_size=1, pool_tokens=262_144, operations=10_000, measure_requests=1)
-FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURE_DIR = data_dir("fixtures")
 GENERATOR_VERSION = 1
 
 

@@ -12,6 +12,7 @@ Verdict on top, an environment block (GPU, driver, torch, SGLang, kernel build, 
 
 from __future__ import annotations
 
+import html
 import importlib.metadata
 import json
 import platform
@@ -20,6 +21,8 @@ import subprocess
 from pathlib import Path
 
 import markdown
+
+from kdgate.verdict import judged_counts
 
 STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "not run": "NOT RUN"}
 
@@ -191,40 +194,97 @@ def _figures(report_dir: Path, data: dict[str, dict]) -> list[tuple[str, str, st
     return made
 
 
-def render_markdown(summary: dict, data: dict[str, dict], figures: list[tuple[str, str, str]]) -> str:
-    lines = [f"# kdtree-gate nightly: **{summary['verdict']}**", ""]
-    if summary["no_go_reasons"]:
-        lines += ["No-go because:", ""] + [f"- {r}" for r in summary["no_go_reasons"]] + [""]
-    lines += ["| layer | verdict | passed | failed | skipped | seconds | notes |",
-              "|---|---|---|---|---|---|---|"]
+def esc(value) -> str:
+    """``value`` as text safe in both report.md and report.html: HTML's special characters,
+    backticks and table bars escaped (failure messages, test ids and names come from
+    outside)."""
+    return (html.escape(str(value), quote=True).replace("`", "&#96;").replace("|", "&#124;")
+            .replace("\n", " "))
+
+
+def _pre(lines: list[str]) -> list[str]:
+    """Measured notes as one preformatted block, every line escaped."""
+    text = "\n".join(html.escape(line) for note in lines for line in str(note).splitlines() if line.strip())
+    return [f"<pre>{text}</pre>", ""]
+
+
+VERDICT_LINE = {
+    "GO": "every piece of cutover evidence ran against the deployment and passed",
+    "NO-GO": "a layer that ran failed, or a required layer did not pass",
+    "INCOMPLETE": "nothing failed, but cutover evidence is missing (listed below); this is not a GO",
+    "SELF-CHECK PASS": "the gate works on this host; this is not a cutover verdict",
+    "SELF-CHECK FAIL": "the gate's own checks failed on this host; this is not a cutover verdict",
+}
+
+
+def render_markdown(summary: dict, notes: dict[str, list[str]], figures: list[tuple[str, str, str]]) -> str:
+    verdict = summary["verdict"]
+    title = "kdtree-gate verdict" if summary.get("combined_from") else "kdtree-gate nightly"
+    lines = [f"# {title}: **{esc(verdict)}**", "",
+             f"Profile **{esc(summary.get('profile', 'selfcheck'))}**: {VERDICT_LINE.get(verdict, '')}. "
+             f"Exit code {summary.get('exit_code', '?')}.", ""]
+    if summary.get("combined_from"):
+        lines += ["Combined from:", ""] + [f"- {esc(s)}" for s in summary["combined_from"]] + [""]
+    if summary.get("reasons"):
+        lines += ["No-go because:" if summary.get("profile") == "cutover" else "Failed because:", ""]
+        lines += [f"- {esc(r)}" for r in summary["reasons"]] + [""]
+    if summary.get("evidence"):
+        heading = "Cutover evidence" if summary.get("profile") == "cutover" else \
+            "What a cutover run would need (this run's share)"
+        lines += [f"## {heading}", "", "| evidence | status | from | what it takes |", "|---|---|---|---|"]
+        for row in summary["evidence"]:
+            lines.append(f"| {esc(row['requirement'])} | **{row['status'].upper()}** | {esc(row['from'] or '-')} | "
+                         f"{esc(row['what'])} |")
+        lines.append("")
+        if summary.get("missing"):
+            lines += ["Missing, and the command that supplies it:", ""]
+            lines += [f"- **{esc(m['requirement'])}**: {esc(m['why'])}. Supply it with: {esc(m['command'])}"
+                      for m in summary["missing"]]
+            if summary.get("profile") == "cutover" and not summary.get("combined_from"):
+                lines.append("- Runs from several hosts combine into one verdict: "
+                             "kdtree-gate verdict gpu-run live-run")
+            lines.append("")
+    lines += ["## Layers", "",
+              "| layer | verdict | judged the deployment (passed / failed) | checked the gate (passed / failed) "
+              "| skipped | seconds | notes |", "|---|---|---|---|---|---|---|"]
     for layer in summary["layers"]:
-        note = "; ".join(layer["reasons"][:3]).replace("|", "\\|")
-        lines.append(f"| {layer['name']} | **{STATUS_MARK[layer['status']]}** | {layer['passed']} | "
-                     f"{layer['failed']} | {layer['skipped']} | {layer['wall_s']:.0f} | {note} |")
+        counts = judged_counts(layer)
+        note = "; ".join(layer["reasons"][:3])
+        name = layer["name"] + (f" ({layer['run']})" if layer.get("run") else "")
+        dep, gate = counts["deployment"], counts["gate"]
+        lines.append(f"| {esc(name)} | **{STATUS_MARK[layer['status']]}** | {dep['passed']} / {dep['failed']} | "
+                     f"{gate['passed']} / {gate['failed']} | {layer['skipped']} | {layer['wall_s']:.0f} | {esc(note)} |")
     if summary.get("figures_note"):
-        lines += ["", f"*{summary['figures_note']}*"]
-    lines += ["", f"Required layers: {', '.join(summary['required']) or 'none'}. "
+        lines += ["", f"*{esc(summary['figures_note'])}*"]
+    lines += ["", "Deployment: the kernel under test, the patch, and the server behind --endpoint with its "
+              "records. Gate: negative controls, perturbed servers, the gate's own spawned workers and the "
+              "embedded server, which never runs the kdtree kernel.", "",
+              f"Required layers: {esc(', '.join(summary['required']) or 'none')}. "
               f"Live runs: {summary['repeat']}; flips: {len(summary['flips'])}. "
               f"Wall time {summary['wall_s']:.0f} s.", ""]
     for layer in summary["layers"]:
         name = layer["name"]
         pictures = [f for f in figures if f[0] == name]
-        notes = (data.get(name) or {}).get("notes", [])
-        if not pictures and not notes and not layer["failures"]:
+        layer_notes = notes.get(name, [])
+        if not pictures and not layer_notes and not layer["failures"]:
             continue
-        lines += [f"## {name} ({STATUS_MARK[layer['status']]})", ""]
+        lines += [f"## {esc(name)} ({STATUS_MARK[layer['status']]})", ""]
         for _, title, path in pictures:
-            lines += [f"![{title}]({path})", "", f"*{title}*", ""]
+            lines += [f"![{esc(title)}]({path})", "", f"*{esc(title)}*", ""]
         if layer["failures"]:
-            lines += ["Failures:", ""] + [f"- `{f}`" for f in layer["failures"][:20]] + [""]
-        if notes:
-            lines += ["```", *notes, "```", ""]
+            lines += ["Failures:", ""] + [f"- {esc(f)}" for f in layer["failures"][:20]] + [""]
+        if layer_notes:
+            lines += _pre(layer_notes)
     lines += ["## Environment", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in summary["environment"].items()]
-    identities = [r for layer in data.values() for r in layer.get("data", []) if r.get("kind") == "server-identity"]
+    lines += [f"| {esc(k)} | {esc(v)} |" for k, v in summary["environment"].items()]
+    options = {k: v for k, v in (summary.get("options") or {}).items() if v not in (None, [], "")}
+    if options:
+        lines.append("| options | " + esc(", ".join(f"{k}={v}" for k, v in options.items())) + " |")
+    identities = [r for records in summary.get("measurements", {}).values() for r in records
+                  if r.get("kind") == "server-identity"]
     if identities:
         ident = {k: v for k, v in identities[0].items() if k != "kind"}
-        lines.append("| server identity | " + ", ".join(f"{k}={v}" for k, v in ident.items()) + " |")
+        lines.append("| server identity | " + esc(", ".join(f"{k}={v}" for k, v in ident.items())) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -247,29 +307,44 @@ window.addEventListener("load", function () {{
 
 
 def redraw(report_dir: Path) -> Path:
-    """Draw a report again from its summary.json and data/ (e.g. on a workstation, for a
-    GPU host that had no matplotlib)."""
+    """Draw a report again from its summary.json alone (e.g. on a workstation, for a GPU host
+    that had no matplotlib). A summary of an older kdtree-gate (no profile, no test records)
+    is judged again by the selfcheck profile: such a run is no cutover evidence."""
     summary = json.loads((report_dir / "summary.json").read_text())
-    for key in ("figures", "figures_note", "measurements"):
+    for key in ("figures", "figures_note"):
         summary.pop(key, None)
-    return write_report(report_dir, summary)
+    if "profile" not in summary:
+        from kdgate.verdict import evaluate
+
+        summary.setdefault("options", {})
+        summary["notes"] = {layer: d.get("notes", []) for layer, d in _load_data(report_dir).items()}
+        for legacy in ("no_go_reasons",):
+            summary.pop(legacy, None)
+        summary = {**summary, "profile": "selfcheck", "schema": 2,
+                   **evaluate([summary], "selfcheck", summary.get("required", []))}
+    return write_report(report_dir, summary, from_summary=True)
 
 
-def write_report(report_dir: Path, summary: dict) -> Path:
-    """Write summary.json, figures/, report.md and report.html; returns the HTML path."""
-    data = _load_data(report_dir)
+def write_report(report_dir: Path, summary: dict, from_summary: bool = False) -> Path:
+    """Write summary.json, figures/, report.md and report.html; returns the HTML path. The
+    notes and measurements come from the layers' files under data/, or, ``from_summary``,
+    from ``summary`` itself."""
+    if not from_summary:
+        data = _load_data(report_dir)
+        summary = {**summary, "notes": {layer: d.get("notes", []) for layer, d in data.items()},
+                   "measurements": {layer: d.get("data", []) for layer, d in data.items()}}
+    data = {layer: {"data": records} for layer, records in summary.get("measurements", {}).items()}
     try:
         figures = _figures(report_dir, data)
         note = None
     except ImportError as exc:
         figures, note = [], (f"pictures not drawn here ({exc}); draw them on any machine with "
                              f"`kdtree-gate report {report_dir}`")
-    summary = {**summary, "figures": [path for _, _, path in figures], "figures_note": note,
-               "measurements": {layer: d.get("data", []) for layer, d in data.items()}}
+    summary = {**summary, "figures": [path for _, _, path in figures], "figures_note": note}
     (report_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    text = render_markdown(summary, data, figures)
+    text = render_markdown(summary, summary.get("notes", {}), figures)
     (report_dir / "report.md").write_text(text)
-    body = markdown.markdown(text, extensions=["tables", "fenced_code"])
-    html = report_dir / "report.html"
-    html.write_text(HTML_PAGE.format(verdict=summary["verdict"], body=body))
-    return html
+    body = markdown.markdown(text, extensions=["tables"])
+    html_path = report_dir / "report.html"
+    html_path.write_text(HTML_PAGE.format(verdict=esc(summary["verdict"]), body=body))
+    return html_path

@@ -18,9 +18,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdgate.shipped import data_dir
+
 from kdgate.timing_methods import result_timing
 
-BASELINES = Path(__file__).resolve().parent.parent / "baselines"
+BASELINES = data_dir("baselines")
 
 
 @dataclass

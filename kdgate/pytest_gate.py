@@ -1,5 +1,16 @@
-"""The gate's pytest options, layer markers and shared fixtures (loaded by the root
-conftest.py). Markers themselves are declared in pyproject.toml (``--strict-markers``).
+"""The gate's pytest plugin: options, layer markers and shared fixtures. It is registered
+through the ``pytest11`` entry point ``kdtree_gate``, so it is active wherever kdtree-gate is
+installed (a checkout's editable install too) and the layer suites run from any folder
+(``pytest --pyargs kdgate_suites -m kernel``).
+
+Option names are unprefixed (``--endpoint``, ``--kernel``, ...) as the documented commands
+use them; pytest refuses to start when two plugins add the same option, and CI starts pytest
+with common plugins installed beside this one to catch a collision.
+
+Each test's outcome is recorded in ``--gate-data`` with what it judged (``judges``):
+``gate`` for tests marked ``gate_selfcheck`` (negative controls, perturbed servers, the
+gate's own spawned workers) and for live tests run against the embedded server;
+``deployment`` otherwise (kdgate.verdict).
 """
 
 from __future__ import annotations
@@ -10,7 +21,20 @@ from pathlib import Path
 
 import pytest
 
+from kdgate.shipped import data_dir
+
 GPU_LAYERS = ("kernel", "graph", "perf", "gpu")
+MARKERS = {
+    "kernel": "kernel parity, determinism and bad-input tests (needs a CUDA GPU)",
+    "graph": "CUDA-graph capture and replay tests (needs a CUDA GPU)",
+    "allocator": "SGLang allocator contiguity and invariants under churn (CPU)",
+    "coverage": "per-rank patch coverage records (CPU, or a server's log)",
+    "live": "generation snapshots against a running server (embedded by default)",
+    "perf": "kernel benchmarks against a committed baseline (needs a CUDA GPU)",
+    "gpu": "needs a CUDA GPU; skipped with a reason elsewhere",
+    "gate_selfcheck": "checks the gate's own machinery (negative controls, fault servers, the gate's "
+                      "own workers): never cutover evidence",
+}
 
 
 @dataclass(frozen=True)
@@ -90,6 +114,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="benchmark matrix of the perf layer: ci (default), full or smoke")
     group.addoption("--perf-tolerance", type=float, default=0.10, metavar="F",
                     help="largest allowed relative drop of a case's fraction of roofline (default 0.10)")
+    group.addoption("--snapshot-dir", default=os.environ.get("KDGATE_SNAPSHOT_DIR") or "snapshots",
+                    metavar="DIR",
+                    help="where the live layer looks for snapshots first and writes them under "
+                         "--snapshot-update (default ./snapshots, $KDGATE_SNAPSHOT_DIR); a snapshot not "
+                         "found there is read from the reference snapshots shipped with kdtree-gate")
     group.addoption("--expect-hooks", default="defrag-sort",
                     help="comma-separated hooks every rank must report effective "
                          "(default: defrag-sort)")
@@ -123,7 +152,12 @@ def _cuda_missing_reason() -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """GPU layers are skipped with the reason when this host has no CUDA GPU: reported
-    as not run, never as passed."""
+    as not run, never as passed. Without --endpoint, tests of the live server judge the
+    embedded server: marked gate_selfcheck."""
+    if not config.getoption("--endpoint"):
+        for item in items:
+            if "live_client" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.gate_selfcheck)
     gpu_items = [i for i in items if any(i.get_closest_marker(m) for m in GPU_LAYERS)]
     if not gpu_items:
         return
@@ -158,8 +192,10 @@ def check_option_values(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Option values are checked; under pytest-xdist each worker gets its own GPU (see
-    gpu_for_worker)."""
+    """Markers are registered, option values checked; under pytest-xdist each worker gets its
+    own GPU (see gpu_for_worker)."""
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
     check_option_values(config)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
@@ -173,7 +209,7 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.cuda.set_device(device)
 
 
-SHIPPED_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SHIPPED_FIXTURES = data_dir("fixtures")
 
 
 def fixture_entries(config: pytest.Config) -> list[tuple[Path, str]]:
@@ -278,6 +314,35 @@ def gate_data(pytestconfig: pytest.Config) -> list[dict]:
 
 
 _WORKER_OUTPUT = "kdgate_notes_and_data"
+_OUTCOMES_KEY = pytest.StashKey[dict]()
+_PHASE_RANK = {"passed": 0, "skipped": 1, "failed": 2}
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Each test's outcome (the worst of its phases) and what it judged, for --gate-data. On
+    the controller only under pytest-xdist (workers' reports reach it)."""
+    config = _CONFIG.get("config")
+    if config is None or hasattr(config, "workerinput"):
+        return
+    outcome = "failed" if report.failed else "skipped" if report.skipped else "passed"
+    if report.when != "call" and outcome == "passed":
+        outcome = None
+    outcomes = config.stash.setdefault(_OUTCOMES_KEY, {})
+    record = outcomes.setdefault(report.nodeid, {
+        "kind": "test-outcome", "test": report.nodeid, "outcome": "passed",
+        "judges": "gate" if "gate_selfcheck" in report.keywords else "deployment"})
+    if outcome and _PHASE_RANK[outcome] > _PHASE_RANK[record["outcome"]]:
+        record["outcome"] = outcome
+        if outcome == "skipped" and isinstance(report.longrepr, tuple):
+            record["message"] = str(report.longrepr[2])[:300]
+
+
+_CONFIG: dict = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _CONFIG["config"] = session.config
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
@@ -293,9 +358,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     path = config.getoption("--gate-data")
     if not path:
         return
+    command = {"kind": "layer-command", "args": list(config.invocation_params.args),
+               "api_key": "given" if config.getoption("--api-key") else None}
+    records = [command, *config.stash.get(_DATA_KEY, []), *config.stash.get(_OUTCOMES_KEY, {}).values()]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps({"notes": session.config.stash.get(_NOTES_KEY, []),
-                                      "data": session.config.stash.get(_DATA_KEY, [])}, indent=1))
+                                      "data": records}, indent=1, default=str))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -8,21 +8,26 @@ each branch of it can be held to the parity rule on the GPU at hand:
 * ``partials_fp16`` built with KDTREE_PARTIALS_FP16: every split call of the rows kernel
                     launches an fp16 build, whatever its sizes (which still writes fp32 in
                     the short layout, split_plan.h: partial_build()).
+* ``portable_ptx``  the shipped sources as compute_80 PTX alone (no machine code): what a GPU
+                    the library has no machine code for (A100, L40S, B200) runs, through the
+                    driver's compiler; on any GPU its plan takes the portable path.
 """
 
 from __future__ import annotations
 
 
-def build_with(defines: tuple[str, ...]):
-    """A candidate launching the shipped sources built with ``defines`` (verify_op.launch_build);
-    ``defines`` is kept on it, so a host can prebuild every such build."""
+def build_with(defines: tuple[str, ...], targets=None, ptx=None):
+    """A candidate launching the shipped sources built with ``defines`` (verify_op.launch_build),
+    for the shipped targets or for ``targets`` (machine code) and ``ptx``; ``defines`` is kept on
+    it, so a host can prebuild every such build."""
     def fwd(*args, **kwargs):
         from kdtree.verify_op import launch_build
 
-        launch_build(defines, *args, **kwargs)
+        launch_build(defines, *args, targets=targets, ptx=ptx, **kwargs)
         return True
 
     fwd.defines = tuple(defines)
+    fwd.targets, fwd.ptx = targets, ptx
     fwd.writes_lse = True
     fwd.static_checks = True
     return fwd
@@ -30,3 +35,4 @@ def build_with(defines: tuple[str, ...]):
 
 partials_fp32 = build_with(("KDTREE_PARTIALS_FP32",))
 partials_fp16 = build_with(("KDTREE_PARTIALS_FP16",))
+portable_ptx = build_with((), targets=(), ptx=("80",))

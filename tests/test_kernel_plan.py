@@ -31,12 +31,15 @@ def plan(lib, bs, heads, n, sms=132, smem=H200_SMEM, budget=BUDGET, request="aut
     return code, tuple(out)
 
 
-def test_auto_picks_wgmma_on_hopper_tiled_without_it_portable_on_sm120(lib):
+def test_auto_picks_wgmma_on_hopper_portable_on_sm120_and_from_ptx(lib):
     assert plan(lib, 1, 8, 4)[1][0] == 4            # 32 rows on 9.0: wgmma
     assert plan(lib, 1, 8, 16)[1][0] == 5           # 128 rows on 9.0: wgmma, 64-row blocks
-    assert plan(lib, 1, 8, 4, capability=100)[1][0] == 1   # no wgmma: tiled, 32-row blocks
-    assert plan(lib, 1, 8, 16, capability=100)[1][0] == 2  # tiled, 64-row blocks
     assert plan(lib, 1, 8, 16, smem=SM120_SMEM, capability=120)[1][0] == 0
+    # code compiled by the driver from the compute_80 PTX (A100, L40S, B200): portable only,
+    # even where the tiled path's shared memory would fit
+    assert plan(lib, 1, 8, 4, capability=80)[1][0] == 0
+    assert plan(lib, 1, 8, 16, capability=80)[1][0] == 0
+    assert plan(lib, 1, 8, 16, capability=80, request="tiled")[0] == 1
 
 
 def test_tiled_path_fits_hopper_and_not_sm120(lib):
@@ -56,7 +59,7 @@ def test_wgmma_path_only_on_compute_capability_9_0(lib):
     assert plan(lib, 1, 8, 16, request="wgmma")[1][:3:2] == (5, 2)  # 128 rows: 2 blocks of 64
     assert plan(lib, 1, 8, 16, request="wgmma", capability=120)[0] == 1
     assert plan(lib, 1, 8, 16, request="wgmma", smem=SM120_SMEM)[0] == 1
-    assert plan(lib, 1, 8, 16, request="wgmma", capability=100)[0] == 1
+    assert plan(lib, 1, 8, 16, request="wgmma", capability=80)[0] == 1
 
 
 @pytest.mark.parametrize("request_path", ["auto", "tiled", "wgmma", "portable"])

@@ -13,7 +13,7 @@ import pytest
 from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from kdgate.layer_results import LayerResult, flips, read_layer
-from kdgate.nightly import go_no_go, parse_args
+from kdgate.nightly import parse_args
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,14 +58,6 @@ def test_no_report_is_a_failure_unless_nothing_was_collected(tmp_path):
     assert read_layer("live", missing, 5, 0.5).status == "not run"
 
 
-def test_go_needs_every_ran_layer_passed_and_every_required_layer_run():
-    layers = [LayerResult("allocator", "passed", 3), LayerResult("kernel", "not run")]
-    assert go_no_go(layers, []) == (True, [])
-    assert go_no_go(layers, ["kernel"]) == (False, ["kernel: required but not run"])
-    assert go_no_go(layers + [LayerResult("live", "failed")], [])[0] is False
-    assert go_no_go([LayerResult("kernel", "not run")], []) == (False, ["no layer ran here: nothing was checked"])
-
-
 def test_flips_are_listed():
     runs = [{"t::a": "passed", "t::b": "passed"}, {"t::a": "passed", "t::b": "failed"}]
     assert flips(runs) == ["t::b: passed / failed"]
@@ -84,26 +76,31 @@ def test_bad_options_are_named(argv, message, capsys):
 
 @pytest.fixture(scope="module")
 def nightly_run(tmp_path_factory):
-    """One real nightly run: the allocator layer (runs on CPU) and the kernel layer
-    (cannot run without a GPU), with the kernel layer required: a NO-GO."""
+    """One real nightly run from a folder outside the checkout: the allocator layer (runs on
+    CPU) and the kernel layer (cannot run without a GPU), with the kernel layer required: a
+    SELF-CHECK FAIL on a CPU host (the selfcheck profile: no --endpoint)."""
     report = tmp_path_factory.mktemp("nightly")
     done = subprocess.run([sys.executable, "-m", "kdgate.nightly", "nightly", "--layers", "allocator,kernel",
-                           "--require", "kernel", "--report-dir", str(report)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
-    return done, report
+                           "--require", "kernel", "--report-dir", "report"],
+                          cwd=report, capture_output=True, text=True, timeout=900)
+    return done, report / "report"
 
 
-def test_nightly_reports_a_layer_that_could_not_run_and_says_no_go(nightly_run):
+def test_nightly_reports_a_layer_that_could_not_run_and_fails_a_required_one(nightly_run):
     done, report = nightly_run
     if done.returncode not in (0, 1):
         pytest.fail(done.stdout[-3000:] + done.stderr[-3000:])
     summary = json.loads((report / "summary.json").read_text())
     layers = {layer["name"]: layer for layer in summary["layers"]}
+    assert summary["profile"] == "selfcheck"
     assert layers["allocator"]["status"] == "passed" and layers["allocator"]["passed"] > 0
     if layers["kernel"]["status"] == "not run":          # a CPU host
-        assert done.returncode == 1 and summary["verdict"] == "NO-GO"
-        assert summary["no_go_reasons"] == ["kernel: required but not run"]
+        assert done.returncode == 1 and summary["verdict"] == "SELF-CHECK FAIL"
+        assert summary["reasons"] == ["kernel: required but not run"]
         assert any("no CUDA GPU" in r for r in layers["kernel"]["reasons"])
+    judged = {t["test"].split("::")[-1].split("[")[0]: t["judges"] for t in layers["allocator"]["tests"]}
+    assert judged["test_defrag_patch_improves_contiguity"] == "deployment"
+    assert judged["test_negative_control_same_assertion_fails_with_patch_off"] == "gate"
     assert "figures/allocator-fragmentation.png" in summary["figures"]
     assert (report / "junit" / "allocator.xml").is_file() and (report / "report.md").is_file()
     assert "runs_per_1k_tokens" in json.dumps(summary["measurements"]["allocator"])
@@ -150,7 +147,7 @@ def test_the_h200_perf_report_redraws_its_figure_from_its_data(tmp_path):
     (report / "figures" / "perf-speedup.png").unlink()
     assert cli(["report", str(report)]) == 0
     summary = json.loads((report / "summary.json").read_text())
-    assert summary["verdict"] == "GO" and summary["figures"] == ["figures/perf-speedup.png"]
+    assert summary["verdict"] == "SELF-CHECK PASS" and summary["figures"] == ["figures/perf-speedup.png"]
     assert (report / "figures" / "perf-speedup.png").read_bytes()[:4] == b"\x89PNG"
     perf = summary["measurements"]["perf"]
     assert len([r for r in perf if r.get("kind") == "perf"]) == 29

@@ -108,9 +108,23 @@ int64_t kdtree_path_smem(int64_t path) {
   }
 }
 
+// The compute capability (major * 10 + minor) of the code the current device runs from this
+// library: the target of its machine code (90 on sm_90a, 120 on sm_120a), or 80 where the
+// driver compiled the compute_80 PTX (any other GPU from sm_80 on); -1 when the device runs
+// none of it (cudaFuncGetAttributes failed).
+int kdtree_code_arch(void) {
+  cudaFuncAttributes attributes = {};
+  if (cudaFuncGetAttributes(&attributes, kdtree::verify_mma_kernel) != cudaSuccess) {
+    cudaGetLastError();  // leave no sticky error for the caller's next CUDA call
+    return -1;
+  }
+  return attributes.ptxVersion;
+}
+
 // Plan a call from static sizes. `request`: -1 = the fastest path this device can run,
 // 0 = portable, 1 = tiled, 2 = wgmma. `smem_optin`: the device's opt-in shared memory per
-// block; `capability`: major * 10 + minor (wgmma runs on 9.0 only). Writes {path,
+// block; `capability`: major * 10 + minor of the code the device runs (kdtree_code_arch():
+// wgmma runs on 9.0 only, tiled on 9.0 and 12.0, portable on all). Writes {path,
 // num_splits (the workspace slots per request, which the combine merges), row_blocks,
 // base_splits (the splits per request of an equal-length batch; fewer than num_splits in a
 // batch, which then takes the batch layout or the balanced grid, split_plan.h)} to `out`; returns 0, or 1 when the requested path
@@ -130,7 +144,11 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
   // with the scores split by position)
   const int64_t wgmma = rows > 32 ? kdtree::kPathWgmma64
                         : rows > 16 ? kdtree::kPathWgmma32 : kdtree::kPathWgmma16;
-  const bool tiled_fits = kdtree_path_smem(tiled) <= smem_optin;
+  // tiled and wgmma run only from the library's machine code (sm_90a, sm_120a); a device that
+  // runs the compute_80 PTX through the driver (capability 80 from kdtree_code_arch()) gets
+  // the portable path
+  const bool native = capability == 90 || capability == 120;
+  const bool tiled_fits = native && kdtree_path_smem(tiled) <= smem_optin;
   const bool wgmma_fits = capability == 90 && kdtree_path_smem(wgmma) <= smem_optin;
   if ((request == 1 && !tiled_fits) || (request == 2 && !wgmma_fits)) return 1;
   // auto: wgmma where it runs (measured faster than tiled on every benchmark case of the

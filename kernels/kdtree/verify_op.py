@@ -82,6 +82,9 @@ def declare_abi(lib: ctypes.CDLL, params_type: type[ctypes.Structure]) -> ctypes
     if hasattr(lib, "kdtree_partials_fp16"):
         lib.kdtree_partials_fp16.argtypes = [ctypes.c_int64] * 6
         lib.kdtree_partials_fp16.restype = ctypes.c_int
+    if hasattr(lib, "kdtree_code_arch"):
+        lib.kdtree_code_arch.argtypes = []
+        lib.kdtree_code_arch.restype = ctypes.c_int
     lib.kdtree_error_string.argtypes = [ctypes.c_int]
     lib.kdtree_error_string.restype = ctypes.c_char_p
     return lib
@@ -127,12 +130,32 @@ def partials_fp16(path: int, n_max: int, heads: int, bs: int, splits: int, rows:
 
 
 @lru_cache(maxsize=None)
-def _library(defines: tuple[str, ...] = (), tree=None) -> ctypes.CDLL:
+def _library(defines: tuple[str, ...] = (), tree=None, targets=None, ptx=None) -> ctypes.CDLL:
     """The library built with ``defines`` from the shipped sources, or from ``tree`` (another
-    source tree, kdtree.build.source_tree()); ``lib.params_type`` is its own VerifyParams."""
-    from kdtree.build import library_path
+    source tree, kdtree.build.source_tree()), for the shipped targets or for ``targets``
+    (machine code) and ``ptx``; ``lib.params_type`` is its own VerifyParams."""
+    from kdtree import build
 
-    return declare_abi(ctypes.CDLL(str(library_path(defines, tree))), _params_struct(tree))
+    path = build.library_path(defines, tree, build.TARGETS if targets is None else targets,
+                              build.PTX_TARGETS if ptx is None else ptx)
+    return declare_abi(ctypes.CDLL(str(path)), _params_struct(tree))
+
+
+@lru_cache(maxsize=None)
+def code_capability(lib, index: int) -> int:
+    """Compute capability (major*10+minor) of the code CUDA device ``index`` runs from ``lib``:
+    its machine-code target, or 80 where the driver compiles the library's compute_80 PTX
+    (then the plan takes the portable path). A library without that query (an older tree)
+    counts as native code for the device."""
+    if not hasattr(lib, "kdtree_code_arch"):
+        return _device_limits(index)[2]
+    with torch.cuda.device(index):
+        arch = lib.kdtree_code_arch()
+    if arch < 0:
+        major, minor = divmod(_device_limits(index)[2], 10)
+        raise RuntimeError(f"the kdtree kernel library has no code this GPU (compute capability "
+                           f"{major}.{minor}) can run: it needs sm_80 or later")
+    return arch
 
 
 def kernel_build_hash() -> str:
@@ -384,15 +407,18 @@ def plan(bs: int, heads: int, n_max: int, device: torch.device, lib=None) -> tup
     lib = lib or _library()
     index = device.index if device.index is not None else torch.cuda.current_device()
     sms, smem, capability = _device_limits(index)
+    code_arch = code_capability(lib, index)
     out = (ctypes.c_int64 * 4)()
     request = requested_path()
-    code = lib.kdtree_plan(bs, heads, n_max, sms, smem, capability, workspace_budget_bytes(),
+    code = lib.kdtree_plan(bs, heads, n_max, sms, smem, code_arch, workspace_budget_bytes(),
                            PATHS[request], out)
     if code == 1:
         need = lib.kdtree_path_smem(2 if request == "tiled" else 5)
+        native = "sm_90a machine code" if request == "wgmma" else "sm_90a or sm_120a machine code"
         raise RuntimeError(f"KDTREE_KERNEL_PATH={request} needs {need} bytes of shared memory per "
-                           f"block{' and compute capability 9.0' if request == 'wgmma' else ''}; this "
-                           f"device allows {smem} (capability {capability // 10}.{capability % 10})")
+                           f"block and {native}; this device allows {smem} (capability "
+                           f"{capability // 10}.{capability % 10}) and runs the library's "
+                           f"{'PTX' if code_arch != capability else 'machine code'} for {code_arch // 10}.{code_arch % 10}")
     if code != 0:
         raise ValueError(f"kdtree plan: bad sizes bs={bs} heads={heads} n_max={n_max}")
     return int(out[1]), int(out[2]), int(out[0]), int(out[3])
@@ -531,13 +557,15 @@ def launch_part(part: str, *args, **kwargs) -> tuple[int, str]:
     return _checked_launch(op_args[:13] + (False,) + op_args[14:], _library(), LAUNCH_PARTS[part])
 
 
-def launch_build(defines: tuple[str, ...], *args, tree=None, **kwargs) -> tuple[int, str]:
+def launch_build(defines: tuple[str, ...], *args, tree=None, targets=None, ptx=None, **kwargs) -> tuple[int, str]:
     """One whole call in SGLang's form, launched with the library built with ``defines``
     (``-D`` switches: the A/B builds of ``kdtree-gate ab``, the broken kernels of the
     negative controls), from the shipped sources or from ``tree`` (another source tree, with
-    its own VerifyParams layout), bypassing the torch op. Returns (KV splits, kernel path
-    name)."""
-    return _checked_launch(op_arguments(*args, **kwargs), _library(tuple(defines), tree), 0)
+    its own VerifyParams layout), for the shipped targets or ``targets``/``ptx``, bypassing
+    the torch op. Returns (KV splits, kernel path name)."""
+    lib = _library(tuple(defines), tree, None if targets is None else tuple(targets),
+                   None if ptx is None else tuple(ptx))
+    return _checked_launch(op_arguments(*args, **kwargs), lib, 0)
 
 
 def _checked_launch(op_args: tuple, lib, part: int) -> tuple[int, str]:

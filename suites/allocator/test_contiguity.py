@@ -76,6 +76,7 @@ def test_defrag_patch_improves_contiguity(arms, page_size):
 
 
 @pytest.mark.parametrize("page_size", PAGE_SIZES)
+@pytest.mark.gate_selfcheck
 def test_negative_control_same_assertion_fails_with_patch_off(arms, page_size):
     problem = improvement_problem(arms[(page_size, "excluded")].contiguity,
                                   arms[(page_size, "unpatched")].contiguity,

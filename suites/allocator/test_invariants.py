@@ -34,6 +34,7 @@ def test_invariants_hold_under_churn(runs, page_size, arm):
 
 
 @pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.gate_selfcheck
 def test_broken_allocator_is_caught(runs, fault):
     page_size, pattern = FAULTS[fault]
     run = runs[(page_size, False, fault)]

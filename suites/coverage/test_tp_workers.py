@@ -18,7 +18,7 @@ import pytest
 from kdgate.coverage import check_coverage
 from kdgate.record_sources import parse_lines, read_log_file, read_status_dir
 
-pytestmark = pytest.mark.coverage
+pytestmark = [pytest.mark.coverage, pytest.mark.gate_selfcheck]  # the gate's own workers
 
 TP = 8
 HOOKS = ("defrag-sort",)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kdgate.verify_inputs import VerifyCase, build_inputs
-from suites.graph.graph_harness import StaticBatch, replay_matches_eager, replays_match_eager
+from .graph_harness import StaticBatch, replay_matches_eager, replays_match_eager
 
 pytestmark = [pytest.mark.graph, pytest.mark.gpu]
 

@@ -18,7 +18,7 @@ import pytest
 
 from kdgate.candidates import resolve
 from kdgate.verify_inputs import VerifyCase
-from suites.kernel.stale_workspace import run_after, skip_unless_shipped_kernel
+from .stale_workspace import run_after, skip_unless_shipped_kernel
 
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
@@ -62,6 +62,7 @@ def test_batch_after_a_batch_of_other_lengths_holds_parity(candidate, cuda_devic
 
 
 @pytest.mark.parametrize("first,second", PAIRS, ids=IDS)
+@pytest.mark.gate_selfcheck
 def test_unmarked_batch_layout_fails_parity(cuda_device, first, second):
     _batch_layout_or_skip(second, cuda_device)
     _, outcome = run_after(resolve("kdgate.broken_kernels:batch_layout_unmarked"), first, second, cuda_device)
@@ -93,6 +94,7 @@ def test_near_equal_batch_after_an_uneven_one_merges_only_its_grid_splits(candid
 
 @pytest.mark.parametrize("first,second", EVEN_AFTER_UNEVEN, ids=[f"n{s.n}-h{s.heads}-bs{len(s.ctx)}-even"
                                                                  for _, s in EVEN_AFTER_UNEVEN])
+@pytest.mark.gate_selfcheck
 def test_merging_every_slot_after_an_uneven_batch_fails_parity(cuda_device, first, second):
     """Negative control: built with KDTREE_FAULT_GRID_LAYOUT_MERGES_ALL the combine ignores the
     main kernel's layout flag and merges the uneven batch's leftover slots."""

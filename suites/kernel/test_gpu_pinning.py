@@ -9,6 +9,7 @@ import torch
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
 
+@pytest.mark.gate_selfcheck
 def test_worker_runs_on_its_own_gpu(gate_notes):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:

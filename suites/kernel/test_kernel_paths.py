@@ -45,3 +45,38 @@ def test_every_kernel_path_holds_parity(candidate, cuda_device, path, case, monk
     assert not outcome.problems(), f"path {path} on {case.id}:\n{outcome.report.summary()}"
     lse_problem = outcome.lse_problem()
     assert lse_problem is None, f"path {path}: {lse_problem}"
+
+
+def test_shipped_library_runs_its_machine_code_here(candidate, cuda_device):
+    """On the GPUs the library has machine code for (sm_90a, sm_120a) the device runs that code,
+    not the PTX (which would take the portable path and lose the tuned ones)."""
+    if candidate.name != "kdtree":
+        pytest.skip(f"not run: the code target belongs to the shipped kernel, not --kernel {candidate.name}")
+    import torch
+
+    from kdtree.verify_op import _library, code_capability
+
+    major, minor = torch.cuda.get_device_capability(cuda_device)
+    arch = code_capability(_library(), cuda_device.index or 0)
+    expected = major * 10 + minor if (major, minor) in ((9, 0), (12, 0)) else 80
+    assert arch == expected, f"device {major}.{minor} runs the library's code for {arch}, expected {expected}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_ptx_build_holds_parity_on_the_portable_path(candidate, cuda_device, case, gate_notes):
+    """The shipped sources as compute_80 PTX alone, compiled by the driver for this GPU: what an
+    A100, L40S or B200 runs. Its plan must take the portable path, which must hold the rule."""
+    if candidate.name != "kdtree":
+        pytest.skip(f"not run: the PTX build belongs to the shipped kernel, not --kernel {candidate.name}")
+    from kdgate.candidates import resolve
+    from kdtree.verify_op import _library, code_capability, plan
+
+    lib = _library((), None, (), ("80",))
+    assert code_capability(lib, cuda_device.index or 0) == 80, "the PTX-only build should run as compute_80 code"
+    splits, _, chosen, _ = plan(len(case.ctx), case.heads, case.n, cuda_device, lib)
+    assert chosen == 0, f"the PTX build planned path {chosen}, not the portable path (0)"
+    ptx = resolve("kdgate.shipped_builds:portable_ptx")
+    outcome = run_case(ptx, build_inputs(case, cuda_device), compare_baseline=False)
+    gate_notes.append(f"PTX build (compute_80, portable, {splits} splits) {case.id}: {outcome.report.brief()}")
+    assert not outcome.problems(), f"PTX build on {case.id}:\n{outcome.report.summary()}"
+    assert outcome.lse_problem() is None, outcome.lse_problem()

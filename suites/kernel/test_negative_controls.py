@@ -7,7 +7,7 @@ from kdgate.candidates import resolve
 from kdgate.kernel_run import run_case
 from kdgate.verify_inputs import VerifyCase, build_inputs
 
-pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
+pytestmark = [pytest.mark.kernel, pytest.mark.gpu, pytest.mark.gate_selfcheck]
 
 
 @pytest.mark.parametrize("name, case", [
@@ -30,7 +30,7 @@ def test_broken_kernel_fails_parity(cuda_device, name, case):
 
 def test_stale_lengths_fails_graph_replay(cuda_device):
     """Captured once, replayed with new lengths: the stale copy shows as a mismatch."""
-    from suites.graph.graph_harness import replay_matches_eager
+    from ..graph.graph_harness import replay_matches_eager
 
     broken = resolve("kdgate.broken_kernels:stale_lengths")
     ok, detail = replay_matches_eager(broken, cuda_device, seed=43)
@@ -38,10 +38,10 @@ def test_stale_lengths_fails_graph_replay(cuda_device):
 
 
 @pytest.mark.parametrize("name, suite, select", [
-    ("mask_shift", "suites/kernel/test_parity.py", "boundary"),
-    ("drop_split", "suites/kernel/test_parity.py", "ctx65536-"),
-    ("stale_lengths", "suites/graph/test_graph_replay.py", "replay_matches"),
-    ("mask_shift", "suites/kernel/test_tree_paths.py", "ctx20-boundary"),
+    ("mask_shift", "kernel/test_parity.py", "boundary"),
+    ("drop_split", "kernel/test_parity.py", "ctx65536-"),
+    ("stale_lengths", "graph/test_graph_replay.py", "replay_matches"),
+    ("mask_shift", "kernel/test_tree_paths.py", "ctx20-boundary"),
 ])
 def test_broken_kernel_is_rejected_through_the_kernel_option(name, suite, select):
     """The same layer run as a user would, ``pytest --kernel kdgate.broken_kernels:NAME``:
@@ -49,7 +49,9 @@ def test_broken_kernel_is_rejected_through_the_kernel_option(name, suite, select
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "pytest", suite, "-q", "-p", "no:cacheprovider",
+    from kdgate.shipped import suites_dir
+
+    done = subprocess.run([sys.executable, "-m", "pytest", str(suites_dir() / suite), "-q", "-p", "no:cacheprovider",
                            "-k", select, "--kernel", f"kdgate.broken_kernels:{name}"],
                           capture_output=True, text=True, timeout=600)
     tail = done.stdout[-2000:]

@@ -21,7 +21,7 @@ import pytest
 from kdgate.candidates import resolve
 from kdgate.kernel_run import run_case
 from kdgate.verify_inputs import VerifyCase, build_inputs
-from suites.kernel.stale_workspace import skip_unless_shipped_kernel
+from .stale_workspace import skip_unless_shipped_kernel
 
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
@@ -52,6 +52,7 @@ def test_a_maximum_raised_past_the_margin_on_a_later_tile_holds_parity(candidate
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.gate_selfcheck
 def test_never_rescaling_fails_parity(cuda_device, case):
     outcome = run_case(resolve("kdgate.broken_kernels:no_rescale"), build_inputs(case, cuda_device),
                        compare_baseline=False)

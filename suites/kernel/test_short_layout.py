@@ -14,7 +14,7 @@ import pytest
 
 from kdgate.candidates import resolve
 from kdgate.verify_inputs import VerifyCase
-from suites.kernel.stale_workspace import run_after, skip_unless_shipped_kernel
+from .stale_workspace import run_after, skip_unless_shipped_kernel
 
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
@@ -64,6 +64,7 @@ def test_short_call_after_a_long_one_holds_parity(candidate, cuda_device, long, 
 
 
 @pytest.mark.parametrize("long,short", PAIRS, ids=IDS)
+@pytest.mark.gate_selfcheck
 def test_unmarked_short_layout_fails_parity(cuda_device, long, short):
     _short_layout_or_skip(short, cuda_device)
     _, outcome = run_after(resolve("kdgate.broken_kernels:short_layout_unmarked"), long, short, cuda_device)

@@ -19,7 +19,7 @@ from kdtree.capture import CaptureWriter
 from kdtree.parity import check_parity
 from kdtree.reference import verify_reference
 from kdtree.verify_override import Validator, VerifySlot
-from suites.graph.graph_harness import replay_matches_eager
+from ..graph.graph_harness import replay_matches_eager
 
 pytestmark = [pytest.mark.kernel, pytest.mark.gpu]
 
@@ -74,6 +74,7 @@ def test_validate_mode_serves_triton_and_passes(cuda_device):
     assert slot.validator.compared == 1 and slot.validator.mismatches == 0
 
 
+@pytest.mark.gate_selfcheck
 def test_validate_mode_reports_a_broken_kernel(cuda_device, caplog):
     inputs = build_inputs(VerifyCase(ctx=(100,), n=16, heads=8, boundary=True, seed=102), cuda_device)
     broken = resolve("kdgate.broken_kernels:mask_shift").fn
@@ -98,6 +99,7 @@ def test_slot_inside_cuda_graph(cuda_device, mode):
         assert slot.validator.compared >= 3 and slot.validator.mismatches == 0
 
 
+@pytest.mark.gate_selfcheck
 def test_validate_in_graph_sees_a_broken_kernel(cuda_device):
     broken = resolve("kdgate.broken_kernels:mask_shift").fn
     slot = VerifySlot("validate", sglang_extend, kernel=broken)
@@ -127,7 +129,9 @@ def test_capture_round_trip(cuda_device, tmp_path):
     first = load_file(str(directory / manifest["captures"][0]["file"]))
     assert torch.equal(first["served_out"].view(torch.int16), served[0].view(torch.int16))
     # and the kernel layer replays the folder as a user would
-    done = subprocess.run([sys.executable, "-m", "pytest", "suites/kernel/test_fixtures.py", "-q",
+    from kdgate.shipped import suites_dir
+
+    done = subprocess.run([sys.executable, "-m", "pytest", str(suites_dir() / "kernel" / "test_fixtures.py"), "-q",
                            "-p", "no:cacheprovider", "-k", directory.name,
                            "--fixtures-dir", str(directory)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-2000:]

@@ -2,6 +2,8 @@
 measured with the server's tokenizer, the tie-aware generation snapshot, and the passkey
 mode in force."""
 
+from pathlib import Path
+
 import pytest
 
 from kdgate.generation_snapshot import GenerationSnapshotExtension
@@ -25,8 +27,10 @@ def token_budget(live_client) -> TokenBudget:
 
 
 @pytest.fixture
-def generation_snapshot(snapshot, tie_eps):
+def generation_snapshot(snapshot, tie_eps, pytestconfig):
     GenerationSnapshotExtension.eps = tie_eps
+    GenerationSnapshotExtension.snapshot_dir = Path(pytestconfig.getoption("--snapshot-dir"))
+    GenerationSnapshotExtension.updating = bool(pytestconfig.getoption("--snapshot-update"))
     return snapshot.use_extension(GenerationSnapshotExtension)
 
 

@@ -4,24 +4,26 @@ length; llama-server: draft acceptance rate, see kdgate.spec_acceptance) must no
 more than --accept-margin below the stored snapshot's. A wrong verify kernel rejects good
 drafts before it changes any text."""
 
+from pathlib import Path
+
 import pytest
 
-from kdgate.generation_snapshot import SNAPSHOT_DIR
+from kdgate.generation_snapshot import stored_file
 from kdgate.live_burst import send_burst
 from kdgate.live_prompts import snapshot_prompts as prompts
 from kdgate.spec_acceptance import acceptance_problem, pooled_acceptance
 
 pytestmark = pytest.mark.live
-STORED = SNAPSHOT_DIR / "test_snapshots" / "test_generations_match_the_snapshot.json"
 
 
-def stored_snapshot(identity: dict) -> dict:
+def stored_snapshot(identity: dict, snapshot_dir: str) -> dict:
     import json
 
-    if not STORED.is_file():
-        pytest.skip(f"not run: no stored generation snapshot ({STORED.name}); record one with "
+    path = stored_file(Path(snapshot_dir), "test_snapshots", "test_generations_match_the_snapshot")
+    if not path.is_file():
+        pytest.skip(f"not run: no stored generation snapshot ({path}); record one with "
                     "--snapshot-update")
-    stored = json.loads(STORED.read_text())
+    stored = json.loads(path.read_text())
     if stored["identity"] != identity:
         pytest.fail(f"the stored snapshot is of {stored['identity']}, this server is {identity}; "
                     "record one for this server with --snapshot-update")
@@ -33,7 +35,7 @@ def test_speculative_acceptance_holds(live_client, pytestconfig, gate_notes):
     items = prompts()
     live_run = send_burst(live_client, items)
     live = pooled_acceptance(g.meta for g in live_run.values())
-    stored = stored_snapshot(live_client.identity())
+    stored = stored_snapshot(live_client.identity(), pytestconfig.getoption("--snapshot-dir"))
     before = pooled_acceptance(stored["generations"][p.id].get("meta", {})
                                for p in items if p.id in stored["generations"])
     if live is None and before is None:

@@ -20,6 +20,7 @@ def test_greedy_generation_is_repeatable(live_client):
     assert verdict.passed, verdict.report()
 
 
+@pytest.mark.gate_selfcheck
 def test_a_perturbed_server_is_caught_with_a_readable_report(live_client):
     """Negative control: the same server sampling at temperature 1.2 (seeded) instead of
     greedily must fail the tie-aware comparison and say where and how."""

@@ -46,6 +46,7 @@ def test_generations_match_the_snapshot(live_client, generation_snapshot, gate_n
     assert generation_snapshot == live
 
 
+@pytest.mark.gate_selfcheck
 def test_a_perturbed_server_fails_the_snapshot(live_client, generation_snapshot):
     """Negative control: the same server sampling at temperature 1.2 is judged against
     the stored snapshot and rejected with a first-divergence report."""

@@ -80,6 +80,7 @@ def test_kernel_agrees_with_triton_on_every_benchmark_input(perf_run):
     assert not bad, f"kernel output differs from SGLang's Triton kernel (relative L2) on: {bad}"
 
 
+@pytest.mark.gate_selfcheck
 def test_a_slowed_kernel_is_flagged(perf_run, baseline, monkeypatch, pytestconfig):
     """Negative control: with no workspace the kernel cannot split the KV (one CTA per row
     block); the comparison must report the drop."""
