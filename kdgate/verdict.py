@@ -83,7 +83,8 @@ def supplies(requirement: Requirement, run: dict, layer: dict) -> tuple[bool, st
     if layer["name"] != requirement.layer:
         return False, "another layer"
     if layer["status"] != "passed":
-        return False, f"the {layer['name']} layer {layer['status']}"
+        first = f": {layer['reasons'][0]}" if layer.get("reasons") else ""
+        return False, f"the {layer['name']} layer {layer['status']}{first}"
     if requirement.needs_endpoint and not run.get("options", {}).get("endpoint"):
         return False, "ran against the embedded server, not the deployment"
     evidence = _tests(layer, "deployment")
