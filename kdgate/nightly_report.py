@@ -198,7 +198,7 @@ def esc(value) -> str:
     """``value`` as text safe in both report.md and report.html: HTML's special characters,
     backticks and table bars escaped (failure messages, test ids and names come from
     outside)."""
-    return (html.escape(str(value), quote=True).replace("`", "&#96;").replace("|", "&#124;")
+    return (html.escape(str(value), quote=False).replace("`", "&#96;").replace("|", "&#124;")
             .replace("\n", " "))
 
 
@@ -245,7 +245,7 @@ def render_markdown(summary: dict, notes: dict[str, list[str]], figures: list[tu
                              "kdtree-gate verdict gpu-run live-run")
             lines.append("")
     lines += ["## Layers", "",
-              "| layer | verdict | judged the deployment (passed / failed) | checked the gate (passed / failed) "
+              "| layer | verdict | judged what ships (passed / failed) | checked the gate (passed / failed) "
               "| skipped | seconds | notes |", "|---|---|---|---|---|---|---|"]
     for layer in summary["layers"]:
         counts = judged_counts(layer)
@@ -256,9 +256,9 @@ def render_markdown(summary: dict, notes: dict[str, list[str]], figures: list[tu
                      f"{gate['passed']} / {gate['failed']} | {layer['skipped']} | {layer['wall_s']:.0f} | {esc(note)} |")
     if summary.get("figures_note"):
         lines += ["", f"*{esc(summary['figures_note'])}*"]
-    lines += ["", "Deployment: the kernel under test, the patch, and the server behind --endpoint with its "
-              "records. Gate: negative controls, perturbed servers, the gate's own spawned workers and the "
-              "embedded server, which never runs the kdtree kernel.", "",
+    lines += ["", "What ships: the kernel under test, the patch, and the server behind --endpoint with its "
+              "records. The gate: negative controls, perturbed servers, the gate's own spawned workers and the "
+              "embedded server, which never runs the kdtree kernel; these never count as cutover evidence.", "",
               f"Required layers: {esc(', '.join(summary['required']) or 'none')}. "
               f"Live runs: {summary['repeat']}; flips: {len(summary['flips'])}. "
               f"Wall time {summary['wall_s']:.0f} s.", ""]

@@ -334,7 +334,7 @@ def pytest_runtest_logreport(report) -> None:
     if outcome and _PHASE_RANK[outcome] > _PHASE_RANK[record["outcome"]]:
         record["outcome"] = outcome
         if outcome == "skipped" and isinstance(report.longrepr, tuple):
-            record["message"] = str(report.longrepr[2])[:300]
+            record["message"] = str(report.longrepr[2]).removeprefix("Skipped: ")[:300]
 
 
 _CONFIG: dict = {}
