@@ -1,5 +1,7 @@
-"""The CUDA sources compile for both targets (sm_90a, sm_120a) on a machine without a
-GPU, and the ctypes mirror of the params struct matches the C layout."""
+"""The CUDA sources compile for both machine-code targets (sm_90a, sm_120a) and as compute_80
+PTX that ptxas accepts for sm_80 (what the driver compiles on GPUs without machine code in the
+library) on a machine without a GPU, and the ctypes mirror of the params struct matches the C
+layout."""
 
 import ctypes
 import shutil
@@ -54,3 +56,16 @@ def test_params_layout_matches_the_c_struct(tmp_path):
     got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
     want = [getattr(VerifyParams, n).offset for n in names] + [ctypes.sizeof(VerifyParams)]
     assert got == want
+
+
+def test_the_ptx_assembles_for_sm80(tmp_path):
+    """nvcc writes PTX for code=compute_80 without assembling it; the driver assembles it on
+    the GPU. ptxas here finds what would fail there (an sm_90-only instruction left unguarded)."""
+    nvcc = nvcc_or_skip()
+    ptxas = shutil.which("ptxas") or str(__import__("pathlib").Path(nvcc).with_name("ptxas"))
+    ptx = tmp_path / "verify.ptx"
+    subprocess.run([nvcc, "-O3", "-std=c++17", "-gencode=arch=compute_80,code=compute_80", "-ptx",
+                    "-o", str(ptx), str(build.source_dir() / build.ENTRY)], check=True)
+    done = subprocess.run([ptxas, "-arch=sm_80", str(ptx), "-o", str(tmp_path / "verify.cubin")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

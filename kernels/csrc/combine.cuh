@@ -137,7 +137,7 @@ struct TokenOwner {
     owned = false;
 #if defined(KDTREE_COMBINE_LOOKUP_AFTER_WAIT)
     wait_for_prior_grids();  // computed() looks the owner up
-#else  // every build is sm_90a or sm_120a (build.py): griddepcontrol exists
+#else  // griddepcontrol exists from sm_90 on; the compute_80 PTX only loads (no dependent launch there)
     if (p.bs == 1) {
       const char* entry0 = static_cast<const char*>(p.qo_indptr);
       const char* entry1 = entry0 + (p.qo_is_64 ? 8 : 4);
@@ -148,7 +148,7 @@ struct TokenOwner {
           "ld.global.b32 %2, [%6];\n\t"
           "@wide ld.global.b32 %1, [%5 + 4];\n\t"
           "@wide ld.global.b32 %3, [%6 + 4];\n\t"
-          "griddepcontrol.wait;\n\t}\n"
+          KDTREE_GRID_WAIT_ASM "}\n"
           : "=r"(start_lo), "+r"(start_hi), "=r"(end_lo), "+r"(end_hi)
           : "r"(static_cast<uint32_t>(p.qo_is_64 != 0)), "l"(entry0), "l"(entry1)
           : "memory");

@@ -110,13 +110,14 @@ int64_t kdtree_path_smem(int64_t path) {
 
 // The compute capability (major * 10 + minor) of the code the current device runs from this
 // library: the target of its machine code (90 on sm_90a, 120 on sm_120a), or 80 where the
-// driver compiled the compute_80 PTX (any other GPU from sm_80 on); -1 when the device runs
-// none of it (cudaFuncGetAttributes failed).
+// driver compiled the compute_80 PTX (any other GPU from sm_80 on); minus the CUDA error code
+// when the device runs none of it (cudaFuncGetAttributes failed: kdtree_error_string() names it).
 int kdtree_code_arch(void) {
   cudaFuncAttributes attributes = {};
-  if (cudaFuncGetAttributes(&attributes, kdtree::verify_mma_kernel) != cudaSuccess) {
+  const cudaError_t e = cudaFuncGetAttributes(&attributes, kdtree::verify_mma_kernel);
+  if (e != cudaSuccess) {
     cudaGetLastError();  // leave no sticky error for the caller's next CUDA call
-    return -1;
+    return -static_cast<int>(e);
   }
   return attributes.ptxVersion;
 }

@@ -154,7 +154,8 @@ def code_capability(lib, index: int) -> int:
     if arch < 0:
         major, minor = divmod(_device_limits(index)[2], 10)
         raise RuntimeError(f"the kdtree kernel library has no code this GPU (compute capability "
-                           f"{major}.{minor}) can run: it needs sm_80 or later")
+                           f"{major}.{minor}) runs: {lib.kdtree_error_string(-arch).decode()} (it needs "
+                           f"sm_80 or later; PTX needs the driver's JIT compiler)")
     return arch
 
 

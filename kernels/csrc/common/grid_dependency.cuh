@@ -17,6 +17,14 @@
 // -DKDTREE_MAIN_NO_TRIGGER never allows it early, for A/B.
 #pragma once
 
+// The wait as an instruction for inline asm that issues it together with other instructions
+// (combine.cuh): empty below sm_90, which has no programmatic dependent launch.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define KDTREE_GRID_WAIT_ASM ""
+#else
+#define KDTREE_GRID_WAIT_ASM "griddepcontrol.wait;\n\t"
+#endif
+
 namespace kdtree {
 
 // Blocks until every grid this one depends on has completed and its memory is visible.
