@@ -264,7 +264,7 @@ def verdict_main(argv: list[str]) -> int:
                    "layers": layers, "required": required, "repeat": 1, "flips": [],
                    "wall_s": sum(r.get("wall_s", 0) for r in runs), "options": runs[-1].get("options", {}),
                    "environment": runs[0].get("environment", {}),
-                   "notes": {layer["name"]: (run.get("notes") or {}).get(layer["name"], [])
+                   "notes": {f"{layer['name']} ({run['source']})": (run.get("notes") or {}).get(layer["name"], [])
                              for run in runs for layer in run["layers"]},
                    "measurements": {k: v for run in runs for k, v in run.get("measurements", {}).items()},
                    **result}
@@ -288,6 +288,11 @@ the selfcheck profile: SELF-CHECK PASS 0 | SELF-CHECK FAIL 1
 """
 
 
+# subcommands that live in their own module's main(argv)
+GPU_COMMANDS = {"bench": "kdgate.perf_bench", "ab": "kdgate.build_ab", "targets": "kdgate.perf_targets",
+                "limits": "kdgate.perf_limits"}
+
+
 def cli(argv: list[str] | None = None) -> int:
     """The ``kdtree-gate`` entry point."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -300,22 +305,10 @@ def cli(argv: list[str] | None = None) -> int:
 
         print(f"kdtree-gate {_version('kdtree-gate')}")
         return 0
-    if command == "bench":
-        from kdgate.perf_bench import main as bench_main
+    if command in GPU_COMMANDS:
+        import importlib
 
-        return bench_main(rest)
-    if command == "ab":
-        from kdgate.build_ab import main as ab_main
-
-        return ab_main(rest)
-    if command == "targets":
-        from kdgate.perf_targets import main as targets_main
-
-        return targets_main(rest)
-    if command == "limits":
-        from kdgate.perf_limits import main as limits_main
-
-        return limits_main(rest)
+        return importlib.import_module(GPU_COMMANDS[command]).main(rest)
     if command == "nightly":
         return main(rest)
     if command == "verdict":

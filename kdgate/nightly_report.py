@@ -265,7 +265,7 @@ def render_markdown(summary: dict, notes: dict[str, list[str]], figures: list[tu
     for layer in summary["layers"]:
         name = layer["name"]
         pictures = [f for f in figures if f[0] == name]
-        layer_notes = notes.get(name, [])
+        layer_notes = notes.get(f"{name} ({layer['run']})" if layer.get("run") else name, [])
         if not pictures and not layer_notes and not layer["failures"]:
             continue
         lines += [f"## {esc(name)} ({STATUS_MARK[layer['status']]})", ""]
@@ -318,8 +318,7 @@ def redraw(report_dir: Path) -> Path:
 
         summary.setdefault("options", {})
         summary["notes"] = {layer: d.get("notes", []) for layer, d in _load_data(report_dir).items()}
-        for legacy in ("no_go_reasons",):
-            summary.pop(legacy, None)
+        summary.pop("no_go_reasons", None)
         summary = {**summary, "profile": "selfcheck", "schema": 2,
                    **evaluate([summary], "selfcheck", summary.get("required", []))}
     return write_report(report_dir, summary, from_summary=True)
@@ -331,8 +330,10 @@ def write_report(report_dir: Path, summary: dict, from_summary: bool = False) ->
     from ``summary`` itself."""
     if not from_summary:
         data = _load_data(report_dir)
+        # per-test records live in each layer's "tests" (nightly.run_layer), not among the figures
         summary = {**summary, "notes": {layer: d.get("notes", []) for layer, d in data.items()},
-                   "measurements": {layer: d.get("data", []) for layer, d in data.items()}}
+                   "measurements": {layer: [r for r in d.get("data", []) if r.get("kind") != "test-outcome"]
+                                    for layer, d in data.items()}}
     data = {layer: {"data": records} for layer, records in summary.get("measurements", {}).items()}
     try:
         figures = _figures(report_dir, data)
