@@ -5,7 +5,10 @@
 #              a sglang-slim.tgz there is unpacked beside them (SGLang's Triton kernels only)
 #   OUT_DIR    logs, the nightly reports (gpu-run/, broken-run/), a table of steps (steps.md)
 #              and all of it as results.tgz
-#   STEP       prebuilt, cuobjdump, plugins, gpu-run, broken-run (default: all, in this order)
+#   STEP       prebuilt, cuobjdump, plugins, gpu-run, gpu-graph, gpu-kernel, broken-run
+#              (default: prebuilt cuobjdump plugins gpu-run broken-run, in this order); gpu-graph and
+#              gpu-kernel are gpu-run's two layers as separate runs (combine them with `kdtree-gate verdict`)
+#   XDIST_WORKERS  pytest-xdist workers per layer (default 4)
 # Steps: install into a fresh target folder; the prebuilt library with nvcc hidden (it must load,
 # name its build, and hold parity on the fixtures); cuobjdump of the shipped library; the plugin's
 # options beside the host's pytest plugins; the cutover profile's kernel and graph layers (expected
@@ -13,6 +16,7 @@
 set -u
 WHEELS=$(cd "$1" && pwd); OUT=$(mkdir -p "$2" && cd "$2" && pwd); shift 2
 STEPS=("$@"); [ ${#STEPS[@]} -gt 0 ] || STEPS=(prebuilt cuobjdump plugins gpu-run broken-run)
+WORKERS=${XDIST_WORKERS:-4}
 SITE=$(mktemp -d)/site; WORK=$(mktemp -d)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl \
     >"$OUT/pip.log" 2>&1 || { tail -20 "$OUT/pip.log"; exit 1; }
@@ -37,10 +41,13 @@ run_named() {
     plugins) step plugins 120 python3 -m pytest --help
              grep -q -- "--endpoint" "$OUT/plugins.log" && grep -q -- "--snapshot-dir" "$OUT/plugins.log" || rc[plugins]=9 ;;
     gpu-run) step gpu-run 560 python3 -m kdgate.nightly nightly --profile cutover --layers kernel,graph \
-                 --report-dir "$OUT/gpu-run" -- -n 4 ;;
+                 --report-dir "$OUT/gpu-run" -- -n "$WORKERS" ;;
+    gpu-graph|gpu-kernel)
+             step "$1" 560 python3 -m kdgate.nightly nightly --profile cutover --layers "${1#gpu-}" \
+                 --report-dir "$OUT/$1" -- -n "$WORKERS" ;;
     broken-run) step broken-run 300 python3 -m kdgate.nightly nightly --profile cutover --layers kernel \
                     --kernel kdgate.broken_kernels:mask_shift --report-dir "$OUT/broken-run" \
-                    -- -n 4 -k "test_parity or test_fixture_parity" ;;
+                    -- -n "$WORKERS" -k "test_parity or test_fixture_parity" ;;
     *) echo "unknown step $1"; exit 2 ;;
     esac
 }
@@ -58,7 +65,7 @@ print('prebuilt', record['build'], record['targets'], record['ptx'], record['nvc
 print('library', build.library_path(), 'build hash', build.build_hash())
 print('code arch on this GPU', op.code_capability(op._library(), 0))
 sys.exit(subprocess.call([sys.executable, '-m', 'pytest', '--pyargs', 'kdgate_suites.kernel.test_fixtures',
-                          'kdgate_suites.kernel.test_parity', '-m', 'kernel', '-q', '-p', 'no:cacheprovider', '-n', '4']))
+                          'kdgate_suites.kernel.test_parity', '-m', 'kernel', '-q', '-p', 'no:cacheprovider', '-n', '$WORKERS']))
 "
 for s in "${STEPS[@]}"; do run_named "$s"; done
 echo

@@ -27,7 +27,7 @@ def test_every_workers_measurements_reach_the_summary_and_the_data_file(tmp_path
     (tmp_path / "pytest.ini").write_text("[pytest]\n")   # none of this repo's settings
     data = tmp_path / "gate-data.json"
     repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "kdgate.pytest_gate", "-p", "no:cacheprovider",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "kdtree_gate", "-p", "no:cacheprovider",
                            "-n", workers, "--gate-data", str(data), "-c", str(tmp_path / "pytest.ini"),
                            str(tmp_path / "test_layer.py")],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300,
@@ -38,4 +38,6 @@ def test_every_workers_measurements_reach_the_summary_and_the_data_file(tmp_path
         assert f"measured case {k}: 0.5 ulp" in done.stdout, done.stdout
     written = json.loads(data.read_text())
     assert sorted(written["notes"]) == [f"measured case {k}: 0.5 ulp" for k in range(4)]
-    assert sorted(d["case"] for d in written["data"]) == [0, 1, 2, 3]
+    assert sorted(d["case"] for d in written["data"] if d["kind"] == "probe") == [0, 1, 2, 3]
+    outcomes = [d for d in written["data"] if d["kind"] == "test-outcome"]
+    assert len(outcomes) == 4 and all(d["outcome"] == "passed" for d in outcomes), outcomes
