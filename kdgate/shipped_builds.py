@@ -19,7 +19,13 @@ from __future__ import annotations
 def build_with(defines: tuple[str, ...], targets=None, ptx=None):
     """A candidate launching the shipped sources built with ``defines`` (verify_op.launch_build),
     for the shipped targets or for ``targets`` (machine code) and ``ptx``; ``defines`` is kept on
-    it, so a host can prebuild every such build."""
+    it, so a host can prebuild every such build. Each define must be a registered switch
+    (kdtree.switches: a misspelt one would build the shipped code under another name)."""
+    from kdtree.switches import by_name
+
+    for name in defines:
+        by_name(name)
+
     def fwd(*args, **kwargs):
         from kdtree.verify_op import launch_build
 

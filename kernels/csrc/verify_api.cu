@@ -10,6 +10,7 @@
 #include "combine.cuh"
 #include "mma_sync/verify_kernel.cuh"
 #include "split_plan.h"
+#include "switches.h"  // the -D switches these sources read (none in the shipped build)
 #include "tiled/verify_kernel.cuh"
 #include "verify_params.h"
 #include "wgmma/verify_kernel.cuh"

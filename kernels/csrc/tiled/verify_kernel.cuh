@@ -7,8 +7,7 @@
 // columns [512/C * (w / G), +512/C) (C = 8/G column slices). S = Q.K^T is split over the
 // slices by position (no warp recomputes another's scores); the row maxima are merged
 // through shared memory, P is staged there as bf16 and O += P.V reads it back. The running
-// sum l keeps the fp32 probabilities; the output is rounded to bf16 once. With
-// KDTREE_P_HILO, P enters P.V as a bf16 hi + lo pair (~16 bits).
+// sum l keeps the fp32 probabilities; the output is rounded to bf16 once.
 //
 // Needs ~225 KB of shared memory per CTA (Hopper's opt-in limit is 227 KB); parts with
 // less use the portable path (mma_sync/verify_kernel.cuh).
@@ -33,13 +32,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K row
 constexpr int kPLd = kBlockN + 8;      // P row stride (bf16)
-#ifdef KDTREE_P_HILO
-constexpr int kPPlanes = 2;
-constexpr int kStages = 3;
-#else
 constexpr int kPPlanes = 1;
 constexpr int kStages = 4;             // KV tiles in flight + the one being read
-#endif
 
 template <int BM>
 struct Tile {
@@ -240,15 +234,6 @@ verify_tiled_kernel(const VerifyParams p) {
       const int pos = cs * T::kPos + n * 8 + 2 * t;
       *reinterpret_cast<uint32_t*>(p_s + lr_a * kPLd + pos) = pack_bf16(s[n][0], s[n][1]);
       *reinterpret_cast<uint32_t*>(p_s + lr_b * kPLd + pos) = pack_bf16(s[n][2], s[n][3]);
-#ifdef KDTREE_P_HILO
-      bf16* lo = p_s + BM * kPLd;
-      *reinterpret_cast<uint32_t*>(lo + lr_a * kPLd + pos) =
-          pack_bf16(s[n][0] - __bfloat162float(__float2bfloat16_rn(s[n][0])),
-                    s[n][1] - __bfloat162float(__float2bfloat16_rn(s[n][1])));
-      *reinterpret_cast<uint32_t*>(lo + lr_b * kPLd + pos) =
-          pack_bf16(s[n][2] - __bfloat162float(__float2bfloat16_rn(s[n][2])),
-                    s[n][3] - __bfloat162float(__float2bfloat16_rn(s[n][3])));
-#endif
     }
     l_a = l_a * alpha_a + sum_a;
     l_b = l_b * alpha_b + sum_b;
@@ -277,10 +262,6 @@ verify_tiled_kernel(const VerifyParams p) {
     for (int ks = 0; ks < kBlockN / 16; ++ks) {
       uint32_t a[4];
       ldmatrix_x4(a, p_frag + ks * 16);
-#ifdef KDTREE_P_HILO
-      uint32_t a_lo[4];
-      ldmatrix_x4(a_lo, p_frag + BM * kPLd + ks * 16);
-#endif
       const bf16* v_frag = kv + (ks * 16 + v_row) * kLd + v_col;
 #pragma unroll
       for (int i = 0; i < T::kColTiles; i += 2) {
@@ -288,10 +269,6 @@ verify_tiled_kernel(const VerifyParams p) {
         ldmatrix_x4_trans(vb, v_frag + i * 8);
         mma_bf16(acc[i], a, vb[0], vb[1]);
         mma_bf16(acc[i + 1], a, vb[2], vb[3]);
-#ifdef KDTREE_P_HILO
-        mma_bf16(acc[i], a_lo, vb[0], vb[1]);
-        mma_bf16(acc[i + 1], a_lo, vb[2], vb[3]);
-#endif
       }
     }
   }
