@@ -1,4 +1,4 @@
-"""The tie-aware comparison of a live greedy generation with a stored one (DESIGN.md).
+"""The tie-aware comparison of a live greedy generation with a stored one (docs/DESIGN.md).
 
 Greedy generations may legitimately split after a near-tie (bf16 noise). Token by token:
 

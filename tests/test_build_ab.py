@@ -1,5 +1,5 @@
 """kdtree-gate ab: its arguments, its table, and what it says on a host without a GPU (the
-timing itself runs on a GPU host; see README, Perf layer and benchmark)."""
+timing itself runs on a GPU host; see docs/perf.md)."""
 
 import pytest
 

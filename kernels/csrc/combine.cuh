@@ -55,11 +55,9 @@ inline int combine_ctas_per_sm(int64_t ctas, int64_t num_sms) { return ctas <= 4
 
 // The row kernel takes the merge where the chunk kernel would fall to its 8-per-SM build
 // (more than one wave of 4 per SM: 1,057 rows and more on 132 SMs) and the splits are at most
-// kCombineRowSplits. Measured on the H200, whole calls in one run, with the row kernel for
-// every split count up to 8 against the chunk kernel: 1.02-1.07x faster at 4,096 rows and ctx
-// 4k-16k with equal lengths, 1.00-1.02x at 64k, with mixed lengths and at 2,048 rows, but
-// 0.98-1.00x at 1,024 rows, where the chunk kernel has all its loads in flight.
-// -DKDTREE_COMBINE_CHUNKS_ONLY: the chunk kernel always (A/B).
+// kCombineRowSplits; below one wave the chunk kernel keeps all its loads in flight and stays
+// (docs/perf.md gives the measured split). -DKDTREE_COMBINE_CHUNKS_ONLY: the chunk kernel
+// always (A/B).
 constexpr int kCombineRowSplits = 8;
 // Both kernels are shaped by the grid's splits per request (p.base_splits); a batch's
 // workspace has up to kBatchSlotsFactor times as many slots (split_plan.h), and these fit the

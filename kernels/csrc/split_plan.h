@@ -13,7 +13,7 @@ constexpr int kBlockM = 32;   // portable path: query rows (draft token x head) 
 constexpr int kBlockN = 32;   // KV positions per tile (both paths)
 constexpr int kMaxSplits = 32;        // portable path
 constexpr int kMaxSplitsTiled = 192;  // tiled and wgmma paths: room for one split per SM of any
-                                      // current part (132 on the H200)
+                                      // current part (132 SMs on H100 and H200)
 constexpr int kMinChunkTiled = 128;   // tiled path: fewest KV positions a split is given
 constexpr int kMinChunkWgmma = 128;   // wgmma path: fewest KV positions a split is given
 
@@ -34,11 +34,8 @@ enum KernelPath : int64_t {
 };
 
 // The 64-row wgmma path runs the seesaw kernel from kSeesawMinRows rows per request, and from
-// kSeesawMinRowsLargeBatch rows in batches of kSeesawLargeBatch requests or more. Measured on
-// the H200 against the tile-after-tile kernel, same run: from 256 rows 1.03-1.14x at ctx
-// 32k-128k, 0.95-1.02x at ctx 4k; at 64 rows 0.90-0.96x; at 128 rows 1.02-1.04x at bs 128,
-// 1.05x at bs 32 with mixed lengths and 0.99-1.01x with equal ones, 0.88-1.06x at bs 1-8
-// (slower at ctx <= 16k: its larger fixed cost per CTA is spread over few tiles).
+// kSeesawMinRowsLargeBatch rows in batches of kSeesawLargeBatch requests or more: below
+// these its larger fixed cost per CTA is spread over too few tiles (docs/perf.md).
 // -DKDTREE_ROWS_SERIAL never runs it; -DKDTREE_SEESAW_ROWS_ONLY keeps the 256-row threshold
 // at every batch size (A/B).
 constexpr int64_t kSeesawMinRows = 256;
@@ -109,11 +106,7 @@ inline int64_t choose_num_splits_tiled(int64_t bs, int64_t row_blocks, int64_t t
 // grid keeps the `base` splits per request a batch of equal lengths needs, and the workspace
 // has kBatchSlotsFactor x base slots per request, so a batch of uneven lengths
 // (common/batch_layout.cuh) can cut a long request into more pieces than the grid's splits and
-// a short one into fewer, with the grid's bs x base CTAs per row block. Measured on the H200
-// (full matrix, against the balanced grid for base <= 4 and the plain grid above, two machine
-// starts): the mixed-length batches of the 64-row and 32-row kernels 1.29-1.70x faster, equal
-// lengths at bs 4-8 0.96-0.98x at ctx 4k and 0.99-1.03x from 16k, bs 1 0.95-1.01x (median 0.99);
-// docs/perf-h200-wgmma/experiments/README.md, Session 28.
+// a short one into fewer, with the grid's bs x base CTAs per row block.
 constexpr int64_t kBatchSlotsFactor = 2;
 
 // The balanced grid (the seesaw kernel's batches, 2 to kBalanceMaxBase splits): the plan gives
@@ -121,10 +114,8 @@ constexpr int64_t kBatchSlotsFactor = 2;
 // takes as many of them as its share of the batch's KV positions: exactly `base` when all
 // lengths are equal (the extra splits stay empty), and 2 x base x length / mean (at least 1, at
 // most the grid's) when the longest request is over 1.25 x the mean. `total` and `longest`: the
-// sum and maximum of the batch's lengths. Measured on the H200 (same-run A/B): bs 32 at ctx 16k
-// mixed (base 2 and 4) 1.15-1.19x faster, bs 32 equal lengths 0.995-0.998x. The seesaw kernel
-// keeps it because with the batch layout's code its calls ran 1.1-4.7 % slower at bs 32-128
-// and 1.0-1.2 us slower at bs 1 (256+ rows; same-run A/B, Session 28).
+// sum and maximum of the batch's lengths. The seesaw kernel keeps it because the batch
+// layout's code slows its calls (docs/perf.md).
 constexpr int64_t kBalanceFactor = 2;
 constexpr int64_t kBalanceMaxBase = 4;
 __host__ __device__ inline int64_t request_splits(int64_t length, int64_t total, int64_t longest, int64_t bs,
@@ -157,11 +148,8 @@ __host__ __device__ inline bool short_layout_possible(int64_t bs, int64_t row_bl
 
 // Whether a call of the rows kernel (kPathWgmma64 below the seesaw threshold) runs its build
 // with a copying warpgroup (wgmma/verify_kernel_rows.cuh: kCopier): one request in two row
-// blocks (65-128 rows). Static sizes only. Measured on an H100 (same-run A/B of the full matrix
-// against the build where every thread copies, Session 42): those calls 1.06-1.08x faster at
-// ctx 64k-128k and 1.00-1.02x at 1k-16k; one request in one row block 0.88-0.90x at ctx 1k-4k
-// (the short layout) and 0.95-0.97x at 16k, batches in the batch layout 0.94-0.99x at bs 4-8,
-// so those keep the other build. -DKDTREE_ROWS_NO_COPIER: never (A/B).
+// blocks (65-128 rows). Static sizes only; every other call keeps the build where every
+// thread copies, which is faster there (docs/perf.md). -DKDTREE_ROWS_NO_COPIER: never (A/B).
 __host__ __device__ inline bool rows_copier(int64_t bs, int64_t row_blocks) {
 #if defined(KDTREE_ROWS_NO_COPIER)
   (void)bs;
@@ -177,10 +165,8 @@ __host__ __device__ inline bool rows_copier(int64_t bs, int64_t row_blocks) {
 // values when the call runs the rows kernel (kPathWgmma64 below the seesaw threshold; the only
 // kernel with fp16 builds) and would write at least kFp16PartialsMinBytes of fp32 values
 // with at least kFp16PartialsMinSplits splits; else fp32. Below that the fp32 rows stay in L2
-// until the combine reads them and fp16's scaling only adds work (H200, same-run A/B of both
-// formats over 146 cases: fp16 measured 0.90-0.98x with 8-32 rows, 1.02-1.15x past the
-// threshold at ctx >= 16k; the seesaw kernel 0.95-1.03x, so it keeps fp32;
-// docs/perf-h200-wgmma/experiments/README.md, Sessions 35-37).
+// until the combine reads them and fp16's scaling only adds work; the seesaw kernel gains
+// nothing from fp16 and keeps fp32 (docs/perf.md).
 // -DKDTREE_PARTIALS_FP32 / -DKDTREE_PARTIALS_FP16 fix the format of every rows-kernel call (A/B).
 constexpr int64_t kFp16PartialsMinSplits = 16;
 constexpr int64_t kFp16PartialsMinBytes = int64_t{16} << 20;
@@ -203,10 +189,9 @@ __host__ __device__ inline bool partials_fp16(int64_t path, int64_t n_max, int64
 // The build of the rows kernel and the combine a split call launches (static sizes only):
 // fp32 partial states; fp16 ones (partials_fp16()); or, where the call may run the short layout
 // (short_layout_possible()), fp16 ones except in it: a short request's context the static sizes
-// cannot see, where fp16 measured 0.96-0.98x (64 rows, ctx 1k-4k) and the 61-call layer loop
-// 0.4 us per call slower. That build writes fp32 there and records which format it wrote for
-// the combine (common/partial_format.cuh: record_call_format()); the plain fp16 build carries
-// no fp32 epilogue, which measured 1.02-1.05x faster at 128 rows, ctx >= 16k (Session 37).
+// cannot see, where fp16 is slower. That build writes fp32 there and records which format it
+// wrote for the combine (common/partial_format.cuh: record_call_format()); the plain fp16
+// build carries no fp32 epilogue, which costs the calls that never take the short layout.
 enum PartialBuild : int { kPartialsFp32 = 0, kPartialsFp16 = 1, kPartialsFp16ShortFp32 = 2 };
 __host__ __device__ inline PartialBuild partial_build(int64_t path, int64_t n_max, int64_t heads, int64_t bs,
                                                       int64_t row_blocks, int64_t num_splits, int64_t rows) {

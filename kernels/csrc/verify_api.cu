@@ -139,11 +139,9 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
     return 2;
   const int64_t rows = n_max * heads;
   const int64_t tiled = rows > 32 ? kdtree::kPathTiled64 : kdtree::kPathTiled32;
-  // wgmma: 64-row CTAs past 32 rows (the rows kernel measured 1.02-1.23x over two
-  // transposed warpgroups of 32 on the H200; from the seesaw threshold the launch runs the
-  // seesaw kernel, split_plan.h: runs_seesaw); at 16 or 32 rows the transposed kernel, which
-  // pads nothing (the rows kernel pads them to 64 and measured 0.88-0.97x there, 0.95-1.02x
-  // with the scores split by position)
+  // wgmma: 64-row CTAs past 32 rows (from the seesaw threshold the launch runs the seesaw
+  // kernel, split_plan.h: runs_seesaw); at 16 or 32 rows the transposed kernel, which pads
+  // nothing (the rows kernel would pad them to 64)
   const int64_t wgmma = rows > 32 ? kdtree::kPathWgmma64
                         : rows > 16 ? kdtree::kPathWgmma32 : kdtree::kPathWgmma16;
   // tiled and wgmma run only from the library's machine code (sm_90a, sm_120a); a device that
@@ -153,8 +151,7 @@ int kdtree_plan(int64_t bs, int64_t heads, int64_t n_max, int64_t num_sms, int64
   const bool tiled_fits = native && kdtree_path_smem(tiled) <= smem_optin;
   const bool wgmma_fits = capability == 90 && kdtree_path_smem(wgmma) <= smem_optin;
   if ((request == 1 && !tiled_fits) || (request == 2 && !wgmma_fits)) return 1;
-  // auto: wgmma where it runs (measured faster than tiled on every benchmark case of the
-  // H200), else tiled where its shared memory fits, else portable
+  // auto: wgmma where it runs, else tiled where its shared memory fits, else portable
   int64_t path = kdtree::kPathPortable;
   if (request == 2 || (request == -1 && wgmma_fits)) path = wgmma;
   else if (request != 0 && tiled_fits) path = tiled;

@@ -1,4 +1,4 @@
-"""The parity rule ("within one bf16 ULP"), DESIGN.md. It ships with the patch (whose
+"""The parity rule ("within one bf16 ULP"), docs/DESIGN.md. It ships with the patch (whose
 validate mode applies it on the serving host); the gate imports it from here.
 
 Given a kernel's bf16 output, the fp64 reference on the same bf16 inputs and the fp64
@@ -51,7 +51,7 @@ class ParityReport:
     mean_signed_ulps: float
     over_tolerance: int
     nonfinite_mismatches: int
-    naive_max_ulps: float  # |out − ref| / ulp_bf16(|ref|): the rule DESIGN.md rejects
+    naive_max_ulps: float  # |out − ref| / ulp_bf16(|ref|): the rule docs/DESIGN.md rejects
     naive_over_tolerance: int
     unrounded_max_ulps: float  # |out − ref_fp64| / ulp_bf16(s): the error before ref rounding
     tolerance_ulps: float
@@ -192,7 +192,7 @@ def check_parity(out: torch.Tensor, reference: torch.Tensor, scale: torch.Tensor
 
 def baseline_problem(kernel: ParityReport, baseline: ParityReport, factor: float = 2.0,
                      floor_ulps: float = 0.5) -> str | None:
-    """DESIGN.md: the kernel's max error is at most ``factor`` × the baseline's (SGLang's
+    """docs/DESIGN.md: the kernel's max error is at most ``factor`` × the baseline's (SGLang's
     Triton kernel) on the same inputs. The bound never drops below ``floor_ulps``: the
     final correct rounding alone may spend 0.5 ulp. Returns the reason, or None."""
     bound = max(factor * baseline.max_ulps, floor_ulps)

@@ -1,4 +1,4 @@
-"""Kernel layer: parity within one bf16 ULP (DESIGN.md rule) on a matrix of shapes, trees,
+"""Kernel layer: parity within one bf16 ULP (docs/DESIGN.md rule) on a matrix of shapes, trees,
 layouts and dtypes; kernel error at most 2x SGLang's Triton kernel's; every output
 element written (outputs are poisoned with NaN first); LSE against the reference."""
 

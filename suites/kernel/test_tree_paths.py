@@ -1,6 +1,6 @@
 """Kernel layer: each tree node's output equals running its root-to-node path as a chain
 (same prefix, the path's drafts only): two routes to the same attention. Each route is held
-to one ULP at the parity rule's scale (DESIGN.md: max(|ref|, sum p|v|) per element), so the
+to one ULP at the parity rule's scale (docs/DESIGN.md: max(|ref|, sum p|v|) per element), so the
 two may differ by two ULPs at that scale; a near-zero output that cancels is judged at the
 scale of the terms that cancelled, not at its own magnitude. Two cases: 1,500 prefix keys
 (split KV and the combine), and 20 with draft keys aligned with the queries (the drafts

@@ -13,9 +13,9 @@
 // the CTA with its last piece (mark_slots_empty()), since the combine reads every slot.
 //
 // batch_layout_place() and mark_slots_empty() are out of line, in 32-bit arithmetic, with the
-// call's sizes by value: inlined, the plan's code made every kernel slower on the H200, calls
-// that never run it too (experiments/32-batch-layout.diff: 1,500 instructions inlined, up to
-// 13.5 %); a reference to the kernel's parameters would copy them to local memory. The wgmma
+// call's sizes by value: inlined, the plan's code slows every kernel, calls that never run it
+// too (docs/experiments.md, 32); a reference to the kernel's parameters would copy them to
+// local memory. The wgmma
 // kernels' builds for calls without the batch layout leave all of it out (cta_place()).
 #pragma once
 #include <cstdint>
@@ -59,10 +59,8 @@ struct BatchLengths {
 };
 
 // batch_lengths() over the call's indptrs, in every lane of the calling warp; all 32 lanes
-// must call. (Sums by redux.sync, which the compiler knows are warp-uniform, were tried: ptxas
-// then kept the rows kernel's loop values in vector registers and moved them to uniform ones
-// in every tile, 1,050 instructions per tile against 973, and its batches ran 4-7 % slower in
-// a same-run A/B on the H200, Session 29.)
+// must call. (Not redux.sync: ptxas then moves the rows kernel's loop values between vector
+// and uniform registers in every tile; docs/experiments.md, 33.)
 __device__ __forceinline__ BatchLengths batch_lengths(const VerifyParams& p) {
   const uint32_t bs = static_cast<uint32_t>(p.bs);
   BatchLengths sums = {0, 0};

@@ -3,16 +3,16 @@
 // finished, so its launch and CTA setup overlap that kernel's tail, and it waits for the
 // earlier grids to finish, and for their writes to be visible, before touching memory.
 //
-// Where the early launch is allowed (measured on the H200, same-run A/B): the combine
+// Where the early launch is allowed (docs/perf.md has the A/B figures): the combine
 // allows it at its start (the next call's main kernel needs whole SMs, so it lands as the
 // combine's CTAs leave). The main kernels never allow it at their start: their dependent is
 // the combine, whose CTAs would then sit waiting on the SMs where the main kernel's CTAs still
-// work (2 us more per call at ctx <= 4k). The wgmma main kernels allow it once their KV loop
+// work. The wgmma main kernels allow it once their KV loop
 // is done, before the epilogue writes the result, when the request is short enough to leave
 // at least half of the grid's splits without work (allow_dependents_at_epilogue): the
 // combine's launch then overlaps the tail of the grid on SMs that had nothing to do. When
 // (nearly) every SM has work, early-launched combine CTAs crowd onto the SMs that finish
-// first (measured 1-3 % slower at ctx >= 32k with 132 splits), so the combine is left to
+// first, so the combine is left to
 // launch at their exit.
 // -DKDTREE_MAIN_NO_TRIGGER never allows it early, for A/B.
 #pragma once

@@ -19,10 +19,7 @@ __device__ __forceinline__ void flag_error(const VerifyParams& p, int bit) {
 // a mask, mask_indptr), which a main kernel's CTA reads first, in cta_extent() and
 // cta_work(). Called before wait_for_prior_grids(): a prefetch reads nothing into the SM
 // and L2 is where every SM's accesses meet, so a line fetched before an earlier grid writes
-// it is updated by that write and never read stale. Measured on the H200 (same-run A/B,
-// session 23): in the 61-call layer loop the CTAs with KV enter about 2.6 us before their
-// wait ends, and a call took 0.21-0.28 us less; flushed single calls were unchanged
-// (x median 1.000). -DKDTREE_NO_EARLY_PREFETCH: none (A/B).
+// it is updated by that write and never read stale. -DKDTREE_NO_EARLY_PREFETCH: none (A/B).
 __device__ __forceinline__ void prefetch_extent_lines(const VerifyParams& p, int64_t b) {
 #if !defined(KDTREE_NO_EARLY_PREFETCH)
   if (threadIdx.x < 2) {  // thread 1: entry b + 1, on the next line when b + 1 starts one
@@ -139,10 +136,9 @@ __device__ __forceinline__ bool cta_extent(const VerifyParams& p, const CtaCoord
 // before the layout is decided, so both reads are in flight together when the grid's stays.
 // False when the batch layout leaves the CTA no piece, or as cta_extent(). Called by every
 // thread of the CTA. `kBatchLayout`: the kernel is built with the batch layout; the launch
-// takes that build only for calls that may use it (has_batch_layout()): the plan's code alone
-// made one-request calls, which never run it, up to 2 % slower and the 61-call layer loop
-// 0.34 us per call slower (same-run A/B on the H200, Session 29). A build without it keeps the
-// grid's own layout in any call and records that for the combine.
+// takes that build only for calls that may use it (has_batch_layout()), since the plan's code
+// alone slows one-request calls, which never run it. A build without it keeps the grid's own
+// layout in any call and records that for the combine.
 template <bool kBatchLayout>
 __device__ __forceinline__ bool cta_place(const VerifyParams& p, int64_t tile, int64_t min_chunk, CtaCoord* c,
                                           RequestExtent* ext) {

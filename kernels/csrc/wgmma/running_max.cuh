@@ -11,13 +11,8 @@
 // So O is rescaled only when a row's maximum rises that far: after a split's first tile on
 // the bench's inputs never, on a tile whose scores jump (a draft tile aligned with its
 // queries) still. Every warpgroup that shares rows applies the same rule to the same maxima,
-// so they agree on m. -DKDTREE_EAGER_RESCALE: the maximum follows every rise (A/B).
-//
-// Measured on the H200 (same-run A/B, full matrix, Session 30): the rows kernel's calls 2-4 %
-// faster at ctx >= 16k (on the bench's inputs a warp rescaled in 77-100 % of its tiles, with
-// the margin in none after the first), the 16/32-row kernel within noise; the seesaw kernel,
-// whose rescales run under the other warpgroup's MMAs, 1-2.7 % slower with it, so it keeps
-// the eager maximum.
+// so they agree on m. -DKDTREE_EAGER_RESCALE: the maximum follows every rise (A/B). The
+// seesaw kernel, whose rescales run under the other warpgroup's MMAs, keeps the eager maximum.
 #pragma once
 
 namespace kdtree {

@@ -6,8 +6,8 @@
 // B = ceil(n_max * H / 16); CTAs past B * S have no work. Each CTA still runs the 64-row body
 // (rows past its block are padding), but writes a quarter of the partials and stages a
 // quarter of Q, and four times as many SMs have work. The same code runs in both layouts: a
-// second, 16-row body in the kernel made its code twice as long, and the 64-row body then
-// missed the instruction cache throughout (experiments/18-short-layout-in-one-kernel.diff).
+// second, 16-row body in the kernel makes its code twice as long, and the 64-row body then
+// misses the instruction cache (docs/experiments.md, 18).
 // The rows kernel's fp16 build for calls that may take it writes fp32 partial states in it
 // (split_plan.h: partial_build()).
 // -DKDTREE_NO_SHORT_LAYOUT never takes it (A/B).

@@ -14,8 +14,8 @@
 // multiplies it from registers, the other warpgroup reads the same values from one 64 x 64
 // block of shared memory (P_a, then P_b once P_a is read). The warpgroups hand over m and P at
 // two CTA-half barriers per pair (X: m_a and P_a; Y: m_b and P_b). Both end a pair with the
-// same running maximum m; each sums its own tiles' P. The maxima follow every rise (the other
-// wgmma kernels' margin, running_max.cuh, measured slower here).
+// same running maximum m; each sums its own tiles' P. The maxima follow every rise (not the
+// other wgmma kernels' margin, running_max.cuh: it gains nothing here).
 //
 // Loads: a ninth warp only copies. It fills stage tt % 2 with tile tt as soon as both
 // warpgroups have released the stage's previous tile (empty barrier, one arrival per consumer
