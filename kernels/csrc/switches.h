@@ -1,7 +1,7 @@
 // The kernel library's compile switches: every -D name a build of these sources may pass, with
 // its kind and what it changes. The shipped build defines none of them. kdtree/switches.py
-// mirrors this table; a CPU test keeps the two equal, builds the library once per switch, and
-// fails on a KDTREE_ name tested by an #if in these sources that is not listed here.
+// reads this table; a CPU test builds the library once per switch and fails on a KDTREE_ name
+// tested by an #if in these sources that is not listed here.
 //
 // Kinds:
 //   fault   a negative control: deliberately wrong; the gate requires every build of it to fail

@@ -81,7 +81,8 @@ def source_tree(path: Path | str) -> Path:
     raise FileNotFoundError(f"no kdtree CUDA sources in {path}: expected {ENTRY} there or in its kernels/csrc")
 
 
-def _sources(root: Path) -> list[Path]:
+def sources(root: Path) -> list[Path]:
+    """The CUDA source files under ``root`` (.cu, .cuh, .h), sorted."""
     return sorted(p for p in root.rglob("*") if p.suffix in (".cu", ".cuh", ".h"))
 
 
@@ -91,7 +92,7 @@ def source_digest(defines: tuple[str, ...] = (), root: Path | None = None, targe
     prebuilt library must have been built from to be used."""
     digest = hashlib.sha256()
     root = root or source_dir()
-    for path in _sources(root):
+    for path in sources(root):
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
     digest.update(" ".join(nvcc_flags(targets, defines, ptx)).encode())
