@@ -126,3 +126,23 @@ def rescore_stored(client, prompt_text: str, stored_steps: list[TokenStep], star
         gaps.append(float("inf") if mine is None else nxt.top[0][2] - mine)
         text += step.text
     return gaps
+
+
+def judge_generations(client, prompts, reference: dict[str, list[TokenStep]],
+                      live: dict[str, Generation], eps: float, test: str, gate_data: list) -> list[str]:
+    """Each prompt's ``live`` generation against its ``reference`` steps by the tie rule
+    (re-scoring the reference on ``client`` after a near-tie split); appends one figure per
+    prompt to ``gate_data``. Returns the problems, one per failing prompt; a prompt missing
+    from ``reference`` or ``live`` is a problem too (nothing goes unchecked silently)."""
+    problems = []
+    for p in prompts:
+        if p.id not in reference or p.id not in live:
+            problems.append(f"{p.id}: no {'reference' if p.id not in reference else 'live'} generation to compare")
+            continue
+        ref = reference[p.id]
+        verdict = compare_generations(ref, live[p.id].steps, eps,
+                                      rescore=lambda k, p=p, ref=ref: rescore_stored(client, p.text, ref, k))
+        gate_data.append(verdict.figures(test, p.id, len(ref)))
+        if not verdict.passed:
+            problems.append(f"{p.id}: {verdict.report()}")
+    return problems

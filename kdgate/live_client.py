@@ -3,8 +3,11 @@
 (``/v1/completions`` with ``logprobs``), such as the embedded llama.cpp server.
 
 Every request has a timeout; nothing is retried once the server is up (a retry would
-hide the failure the gate exists to see). The API key is sent as a bearer token and is
-never printed: it is not part of any repr, message or log line.
+hide the failure the gate exists to see). With ``fail_fast`` on (the live layer turns it on
+once the server is ready), the first request that times out or loses its connection marks
+the server stopped, and every later request raises :class:`ServerStopped` at once, naming
+where the server stopped answering, instead of waiting out its own timeout. The API key is
+sent as a bearer token and is never printed: it is not part of any repr, message or log line.
 """
 
 from __future__ import annotations
@@ -36,6 +39,18 @@ class ServerError(RuntimeError):
 
 class ConnectionRefused(ServerError):
     """Nothing accepted the connection: no server listens there, or it has died."""
+
+
+class ServerStopped(ServerError):
+    """Not sent: an earlier request of this session timed out or lost its connection."""
+
+
+class StopState:
+    """Where the server first stopped answering (None while it answers); shared by the
+    clients of one session (a perturbed copy of the client shares its original's)."""
+
+    def __init__(self):
+        self.where: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,25 +108,55 @@ class LiveClient:
         self._session = requests.Session()
         self._flavor: str | None = None
         self.extra_body = dict(extra_body or {})
+        self.fail_fast = False      # on: after one timeout or dropped connection, send nothing more
+        self.where = ""             # what is sending now (the live layer: the test's node id)
+        self._stop = StopState()
+
+    def with_body(self, extra_body: dict) -> "LiveClient":
+        """A client of the same server adding ``extra_body`` to every completions request,
+        sharing this one's fail-fast state."""
+        other = LiveClient(self.base_url, self._api_key, self.timeout_s, {**self.extra_body, **extra_body})
+        other.fail_fast, other.where, other._stop = self.fail_fast, self.where, self._stop
+        return other
+
+    @property
+    def stopped(self) -> str | None:
+        """Where the server stopped answering ('<test>, <request>'), or None."""
+        return self._stop.where
+
+    def _mark_stopped(self, request: str, problem: str) -> None:
+        if self.fail_fast and self._stop.where is None:
+            self._stop.where = f"{self.where or 'the live layer'}, {request} ({problem})"
 
     def __repr__(self) -> str:
         return f"LiveClient({self.base_url!r}, api_key={'<set>' if self._api_key else None})"
 
     # -- transport ----------------------------------------------------------------------
     def _headers(self) -> dict:
-        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        """The bearer token, and ``X-Kdgate-Test`` naming what sends the request (the test's
+        node id), for the server's logs and the gate's own fault proxy."""
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        if self.where:
+            headers["X-Kdgate-Test"] = self.where.encode("ascii", "replace").decode()
+        return headers
 
     def _send(self, method: str, path: str, body: dict | None = None,
               timeout_s: float | None = None, stream: bool = False) -> requests.Response:
         """One HTTP exchange; transport failures and HTTP >= 400 become ServerError."""
+        if self.fail_fast and self._stop.where is not None:
+            raise ServerStopped(f"the server stopped answering at {self._stop.where}; "
+                                f"{method} {path} not sent")
         try:
             response = self._session.request(method, self.base_url + path, json=body,
                                              headers=self._headers(), stream=stream,
                                              timeout=timeout_s or self.timeout_s)
         except requests.Timeout:
-            raise ServerError(f"{method} {path}: no answer within {timeout_s or self.timeout_s:g}s") from None
+            problem = f"no answer within {timeout_s or self.timeout_s:g}s"
+            self._mark_stopped(f"{method} {path}", problem)
+            raise ServerError(f"{method} {path}: {problem}") from None
         except requests.ConnectionError as exc:
             problem = _connection_problem(exc)
+            self._mark_stopped(f"{method} {path}", problem)
             error = ConnectionRefused if problem == "connection refused" else ServerError
             raise error(f"{method} {path}: {problem} ({self.base_url})") from None
         except requests.RequestException as exc:
@@ -259,6 +304,7 @@ class LiveClient:
                     if read >= after_chunks:
                         break
         except requests.RequestException as exc:
+            self._mark_stopped(f"POST {path} (stream)", f"{type(exc).__name__} after {read} events")
             raise ServerError(f"POST {path} (stream): {type(exc).__name__} after {read} events") from None
         finally:
             response.close()

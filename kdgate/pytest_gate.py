@@ -280,6 +280,7 @@ def live_client(gate_options, gate_notes, gate_data, pytestconfig):
                        systemd_unit=pytestconfig.getoption("--systemd-unit"))
         gate_notes.append(f"live layer against {gate_options.endpoint}")
         gate_data.append({"kind": "server-identity", **client.identity()})
+        client.fail_fast = True     # ready: from now on one hang or drop stops the layer
         yield client
         return
     from kdgate.embedded_server import EmbeddedServer, EmbeddedServerUnavailable
@@ -291,7 +292,17 @@ def live_client(gate_options, gate_notes, gate_data, pytestconfig):
     with server as client:
         gate_notes.append(f"live layer against the embedded server {server.url} ({server.model.name})")
         gate_data.append({"kind": "server-identity", **client.identity()})
+        client.fail_fast = True
         yield client
+
+
+@pytest.fixture(autouse=True)
+def _live_request_site(request):
+    """Names the running test on the live client, so that a server that stops answering is
+    reported with the test and request where it stopped."""
+    if "live_client" in request.fixturenames:
+        request.getfixturevalue("live_client").where = request.node.nodeid
+    yield
 
 
 _NOTES_KEY = pytest.StashKey[list]()

@@ -1,34 +1,25 @@
-"""Live layer: concurrency invariance. Each canonical prompt alone, then again inside a
-burst of >= 16 mixed-length requests in flight at once: equal under the tie-aware rule
-(re-scoring after a near-tie split on the server itself)."""
-
-from concurrent.futures import ThreadPoolExecutor
+"""Live layer: concurrency invariance. Every prompt of a burst (the canonical prompts and
+mixed-length fillers, >= 16 requests in flight at once) is sent alone first; each one's
+generation inside the burst must equal its solo run under the tie-aware rule (re-scoring
+after a near-tie split on the server itself). No request of the burst goes unchecked."""
 
 import pytest
 
-from kdgate.generation_snapshot import rescore_stored
+from kdgate.generation_snapshot import judge_generations
+from kdgate.live_burst import send_burst
 from kdgate.live_prompts import burst_fillers, canonical
-from kdgate.tie_rule import compare_generations
 
 pytestmark = pytest.mark.live
 BURST = 16
 
 
-def test_canonical_prompts_are_unchanged_inside_a_burst(live_client, tie_eps, gate_notes, gate_data):
+def test_every_request_is_unchanged_inside_a_burst(live_client, tie_eps, gate_notes, gate_data):
     prompts = canonical()
-    alone = {p.id: live_client.complete(p.text, p.max_tokens) for p in prompts}
     burst = prompts + burst_fillers(max(BURST - len(prompts), 10), seed=1)
-    with ThreadPoolExecutor(max_workers=len(burst)) as pool:
-        futures = {p.id: pool.submit(live_client.complete, p.text, p.max_tokens) for p in burst}
-        together = {pid: f.result() for pid, f in futures.items()}
-    failures = []
-    for p in prompts:
-        verdict = compare_generations(alone[p.id].steps, together[p.id].steps, tie_eps,
-                                      rescore=lambda k, p=p: rescore_stored(live_client, p.text, alone[p.id].steps, k))
-        gate_data.append(verdict.figures("concurrency", p.id, len(alone[p.id].steps)))
-        if not verdict.passed:
-            failures.append(f"{p.id}: {verdict.report()}")
-    gate_notes.append(f"live concurrency: {len(prompts)} canonical prompts alone vs inside a burst of "
-                      f"{len(burst)} requests: {len(prompts) - len(failures)} equal under the tie rule")
+    alone = {p.id: live_client.complete(p.text, p.max_tokens).steps for p in burst}
+    together = send_burst(live_client, burst)
+    failures = judge_generations(live_client, burst, alone, together, tie_eps, "concurrency", gate_data)
+    gate_notes.append(f"live concurrency: {len(burst)} requests ({len(prompts)} canonical, "
+                      f"{len(burst) - len(prompts)} fillers) alone vs inside one burst: "
+                      f"{len(burst) - len(failures)} equal under the tie rule")
     assert not failures, "\n".join(failures)
-

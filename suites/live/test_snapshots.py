@@ -12,7 +12,6 @@ import pytest
 from kdgate.generation_snapshot import (GenerationSnapshotExtension, payload, read_stored,
                                         rescore_stored, steps_of)
 from kdgate.live_burst import send_burst as burst
-from kdgate.live_client import LiveClient
 from kdgate.live_prompts import snapshot_prompts as prompts
 from kdgate.tie_rule import RESCORE_FAIL, compare_generations
 
@@ -58,8 +57,7 @@ def test_a_perturbed_server_fails_the_snapshot(live_client, generation_snapshot)
         pytest.skip("not run: the perturbation is applied through the OpenAI completions body, "
                     "which this gate does not use against SGLang")
     stored = json.loads(stored_path.read_text())
-    perturbed = LiveClient(live_client.base_url, timeout_s=live_client.timeout_s,
-                           extra_body={**live_client.extra_body, "temperature": 1.2, "seed": 11})
+    perturbed = live_client.with_body({"temperature": 1.2, "seed": 11})
     items = [p for p in prompts() if p.id in stored["generations"]][:6]
     live = payload(perturbed.identity(), burst(perturbed, items))
     live_subset = {"identity": live["identity"], "generations": live["generations"]}
