@@ -41,6 +41,7 @@ class Answer:
     kind: str
     greedy_index: int | None = None
     key: str = ""                    # digest of the request body
+    prompt: str = ""                 # its prompt's first 80 characters
     occurrence: int = 0              # this answer is the n-th to that body
     changed_step: int | None = None
     note: str = ""
@@ -135,9 +136,9 @@ class FaultProxy:
             self.cache[key] = got
         return got
 
-    def _log_answer(self, test: str, kind: str, raw: bytes = b"") -> Answer:
+    def _log_answer(self, test: str, kind: str, raw: bytes = b"", prompt: str = "") -> Answer:
         with self._lock:
-            entry = Answer(len(self.answers) + 1, test, kind)
+            entry = Answer(len(self.answers) + 1, test, kind, prompt=str(prompt)[:80])
             entry.key = hashlib.sha256(raw).hexdigest()[:16]
             entry.occurrence = self._occurrences[entry.key] = self._occurrences.get(entry.key, 0) + 1
             if kind == "greedy":
@@ -211,7 +212,7 @@ class FaultProxy:
                     return
                 code, ctype, out = proxy._fetch(self.command, self.path, raw, headers)
                 if self.command == "POST" and self.path == COMPLETIONS and code == 200:
-                    entry = proxy._log_answer(test, answer_kind(body), raw)
+                    entry = proxy._log_answer(test, answer_kind(body), raw, body.get("prompt", ""))
                     if entry.kind == "greedy":
                         answer = json.loads(out)
                         step, note = change_one_token(answer)

@@ -48,11 +48,21 @@ def recorded(upstream, tmp_path_factory):
     return workdir, cache, clean_proxy.answers, record
 
 
-@pytest.mark.parametrize("target", LIVE_TESTS)
-def test_one_changed_token_fails_the_test_that_received_it(upstream, recorded, target):
+def burst_filler(answer) -> bool:
+    """A concurrency filler's answer inside the burst (its second sending, after the solo run)."""
+    from kdgate.live_prompts import burst_fillers
+
+    heads = {p.text[:80] for p in burst_fillers(10, seed=1)}
+    return answer.prompt in heads and answer.occurrence == 2
+
+
+@pytest.mark.parametrize("target, where", [(t, "any") for t in LIVE_TESTS] + [
+    ("test_every_request_is_unchanged_inside_a_burst", "a filler inside the burst")])
+def test_one_changed_token_fails_the_test_that_received_it(upstream, recorded, target, where):
     workdir, cache, answers, _ = recorded
-    mine = [a for a in answers if a.kind == "greedy" and a.changeable and sender_test(a) == target]
-    assert mine, f"{target} got no greedy answer with a clear-winner token in the clean run"
+    mine = [a for a in answers if a.kind == "greedy" and a.changeable and sender_test(a) == target
+            and (where == "any" or burst_filler(a))]
+    assert mine, f"{target} got no greedy answer with a clear-winner token ({where}) in the clean run"
     chosen = mine[len(mine) // 2]
     k = chosen.greedy_index
     proxy = FaultProxy(upstream, cache=cache, change_request=(chosen.key, chosen.occurrence))
