@@ -27,6 +27,8 @@ from pathlib import Path
 
 from kdgate.fault_proxy import Answer, FaultProxy
 
+LIVE_RUN_LIMIT_S = 3600   # one live-layer run; a run past it is killed and counts as failed
+
 
 def failed_tests(junit: Path) -> list[str]:
     """Names (function names, with parameters) of the tests that failed or errored."""
@@ -50,7 +52,10 @@ def live_run(endpoint: str, workdir: Path, name: str, extra: list[str], update: 
            f"--junitxml={junit}", *(["--snapshot-update"] if update else []), *extra]
     started = time.monotonic()
     with open(workdir / f"{name}.log", "w") as log:
-        rc = subprocess.call(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            rc = subprocess.call(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, timeout=LIVE_RUN_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            rc = -1     # killed: reported as a failed run, its log says how far it got
     return {"rc": rc, "failed": failed_tests(junit), "seconds": round(time.monotonic() - started, 1)}
 
 
@@ -75,10 +80,10 @@ def spread(answers: list[Answer], count: int) -> list[int]:
     return sorted(picks)
 
 
-def sweep(upstream: str, workdir: Path, count: int = 30, ks: list[int] | None = None,
-          extra: list[str] | None = None, progress=print) -> dict:
-    """Record, check clean, then one run per k; returns the rows and the run's census."""
-    extra = list(extra or [])
+def record_and_replay(upstream: str, workdir: Path, extra: list[str], progress=print) -> dict:
+    """One record run through the proxy (snapshots into ``workdir``, the answer cache filled),
+    then, if it passed, a clean run from the cache. Returns record, clean, cache and the
+    clean run's answers ("error" set when either run failed)."""
     workdir.mkdir(parents=True, exist_ok=True)
     cache: dict = {}
     record_proxy = FaultProxy(upstream, cache=cache)
@@ -87,39 +92,60 @@ def sweep(upstream: str, workdir: Path, count: int = 30, ks: list[int] | None = 
     record["proxy_errors"] = record_proxy.errors[:20]
     progress(f"record run: rc {record['rc']}, {record['seconds']} s, failed {record['failed']}, "
              f"proxy errors {record['proxy_errors']}")
+    out = {"record": record, "clean": None, "cache": cache, "answers": []}
     if record["rc"] != 0:
-        return {"record": record, "answers": 0, "census": {}, "rows": [],
-                "error": f"the record run failed; see {workdir / 'record.log'}"}
+        out["error"] = f"the record run failed; see {workdir / 'record.log'}"
+        return out
     clean_proxy = FaultProxy(upstream, cache=cache)
     with clean_proxy as url:
-        clean = live_run(url, workdir, "clean", extra)
-    progress(f"clean run from the cache: rc {clean['rc']}, {clean['seconds']} s, failed {clean['failed']}")
+        out["clean"] = live_run(url, workdir, "clean", extra)
+    out["answers"] = clean_proxy.answers
+    progress(f"clean run from the cache: rc {out['clean']['rc']}, {out['clean']['seconds']} s, "
+             f"failed {out['clean']['failed']}")
+    if out["clean"]["rc"] != 0:
+        out["error"] = f"the clean run failed: no fault can be judged against it; see {workdir / 'clean.log'}"
+    return out
+
+
+def run_with_change(upstream: str, cache: dict, workdir: Path, k: int, target: Answer | None,
+                    extra: list[str]) -> dict:
+    """One live run from ``cache`` with one token changed: in the answer to ``target``'s request
+    (the clean run's k-th greedy answer), or, without a target, in the k-th greedy answer.
+    Returns the row: which test got it, what changed, whether that test failed."""
+    proxy = FaultProxy(upstream, cache=cache, change_token_at=None if target else k,
+                       change_request=(target.key, target.occurrence) if target else None)
+    with proxy as url:
+        run = live_run(url, workdir, f"k{k}", extra)
+    hit = proxy.changed()
+    where = sender_test(hit) if hit else sender_test(target) if target else "(not reached)"
+    changed = hit is not None and hit.changed_step is not None
+    return {"k": k, "test": where, "kind": hit.kind if hit else "-",
+            "changed": f"step {hit.changed_step}: {hit.note}" if changed else (hit.note if hit else "not reached"),
+            "changed_step": hit.changed_step if hit else None,
+            "caught": changed and run["rc"] != 0 and any(where in f for f in run["failed"]),
+            "failed": run["failed"], "rc": run["rc"], "seconds": run["seconds"]}
+
+
+def sweep(upstream: str, workdir: Path, count: int = 30, ks: list[int] | None = None,
+          extra: list[str] | None = None, progress=print) -> dict:
+    """Record, check clean, then one run per k; returns the rows and the run's census."""
+    extra = list(extra or [])
+    base = record_and_replay(upstream, workdir, extra, progress)
     census: dict[str, int] = {}
-    for a in clean_proxy.answers:
+    for a in base["answers"]:
         kind = "greedy, no clear-winner token" if a.kind == "greedy" and not a.changeable else a.kind
         census[kind] = census.get(kind, 0) + 1
-    result = {"record": record, "clean": clean, "answers": len(clean_proxy.answers), "census": census,
-              "rows": []}
-    if clean["rc"] != 0:
-        result["error"] = "the clean run failed: no fault can be judged against it"
+    result = {"record": base["record"], "clean": base["clean"], "answers": len(base["answers"]),
+              "census": census, "rows": []}
+    if "error" in base:
+        result["error"] = base["error"]
         return result
-    by_index = {a.greedy_index: a for a in clean_proxy.answers if a.greedy_index is not None}
-    for k in ks or spread(clean_proxy.answers, count):
-        target = by_index.get(k)
-        proxy = FaultProxy(upstream, cache=cache, change_token_at=None if target else k,
-                           change_request=(target.key, target.occurrence) if target else None)
-        with proxy as url:
-            run = live_run(url, workdir, f"k{k}", extra)
-        hit = proxy.changed()
-        where = sender_test(hit) if hit else sender_test(by_index[k]) if k in by_index else "(not reached)"
-        changed = hit is not None and hit.changed_step is not None
-        row = {"k": k, "test": where, "kind": hit.kind if hit else "-",
-               "changed": f"step {hit.changed_step}: {hit.note}" if changed else (hit.note if hit else "not reached"),
-               "caught": changed and run["rc"] != 0 and any(where in f for f in run["failed"]),
-               "failed": run["failed"], "rc": run["rc"], "seconds": run["seconds"]}
+    by_index = {a.greedy_index: a for a in base["answers"] if a.greedy_index is not None}
+    for k in ks or spread(base["answers"], count):
+        row = run_with_change(upstream, base["cache"], workdir, k, by_index.get(k), extra)
         result["rows"].append(row)
         progress(f"k {k}: {row['test']} ({row['kind']}, {row['changed']}): "
-                 f"{'caught' if row['caught'] else 'NOT caught'} (rc {run['rc']}, {run['seconds']} s)")
+                 f"{'caught' if row['caught'] else 'NOT caught'} (rc {row['rc']}, {row['seconds']} s)")
     return result
 
 

@@ -5,16 +5,13 @@ that stops answering mid-run must fail the layer within one request timeout plus
 The live runs use a small churn (CHURN) so that the record run stays short on a CPU; the
 sweep over 30+ answer indices of a full run is ``python -m kdgate.token_fault_sweep``."""
 
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from kdgate.embedded_server import EmbeddedServer, EmbeddedServerUnavailable
 from kdgate.fault_proxy import FaultProxy, change_one_token
-from kdgate.token_fault_sweep import live_run, sender_test
+from kdgate.token_fault_sweep import live_run, record_and_replay, run_with_change, sender_test
 
 CHURN = ["--churn-requests", "40", "--churn-concurrency", "16"]
 HANG_TIMEOUT_S = 20
@@ -35,17 +32,11 @@ def upstream():
 
 @pytest.fixture(scope="module")
 def recorded(upstream, tmp_path_factory):
-    """One record run through the proxy (snapshots of this server into a work folder, the
-    proxy's answer cache filled), then a clean run from the cache, which must pass."""
+    """A record run through the proxy, then a clean run from its cache, which must pass."""
     workdir = tmp_path_factory.mktemp("sweep")
-    cache: dict = {}
-    with FaultProxy(upstream, cache=cache) as url:
-        record = live_run(url, workdir, "record", CHURN, update=True)
-    clean_proxy = FaultProxy(upstream, cache=cache)
-    with clean_proxy as url:
-        clean = live_run(url, workdir, "clean", CHURN)
-    assert clean["rc"] == 0, f"the clean run failed ({clean['failed']}); see {workdir / 'clean.log'}"
-    return workdir, cache, clean_proxy.answers, record
+    base = record_and_replay(upstream, workdir, CHURN)
+    assert "error" not in base, base["error"]
+    return workdir, base["cache"], base["answers"]
 
 
 def burst_filler(answer) -> bool:
@@ -59,26 +50,22 @@ def burst_filler(answer) -> bool:
 @pytest.mark.parametrize("target, where", [(t, "any") for t in LIVE_TESTS] + [
     ("test_every_request_is_unchanged_inside_a_burst", "a filler inside the burst")])
 def test_one_changed_token_fails_the_test_that_received_it(upstream, recorded, target, where):
-    workdir, cache, answers, _ = recorded
+    workdir, cache, answers = recorded
     mine = [a for a in answers if a.kind == "greedy" and a.changeable and sender_test(a) == target
             and (where == "any" or burst_filler(a))]
     assert mine, f"{target} got no greedy answer with a clear-winner token ({where}) in the clean run"
     chosen = mine[len(mine) // 2]
-    k = chosen.greedy_index
-    proxy = FaultProxy(upstream, cache=cache, change_request=(chosen.key, chosen.occurrence))
-    with proxy as url:
-        run = live_run(url, workdir, f"k{k}", CHURN)
-    hit = proxy.changed()
-    assert hit is not None and hit.changed_step is not None, f"answer {k} was not changed: {hit}"
-    assert sender_test(hit) == target, f"answer {k} went to {sender_test(hit)}, not {target}"
-    assert run["rc"] != 0 and any(target in f for f in run["failed"]), (
-        f"one changed token in answer {k} ({hit.note}, step {hit.changed_step}) of {target} was not "
-        f"caught: rc {run['rc']}, failing {run['failed']}; see {workdir / f'k{k}.log'}")
+    row = run_with_change(upstream, cache, workdir, chosen.greedy_index, chosen, CHURN)
+    assert row["changed_step"] is not None, f"answer {row['k']} was not changed: {row['changed']}"
+    assert row["test"] == target, f"answer {row['k']} went to {row['test']}, not {target}"
+    assert row["caught"], (f"one changed token in answer {row['k']} ({row['changed']}) of {target} was not "
+                           f"caught: rc {row['rc']}, failing {row['failed']}; see {workdir / ('k%d.log' % row['k'])}")
 
 
-def test_the_clean_run_from_the_cache_passes_every_live_test(recorded):
-    """The control of the test above: without a changed token, nothing fails."""
-    workdir, _, answers, record = recorded
+def test_every_live_test_sends_greedy_completions(recorded):
+    """The clean run (which the fixture requires to pass) reached every live test, so the
+    parametrized test above has an answer in each."""
+    _, _, answers = recorded
     senders = {sender_test(a) for a in answers}
     assert set(LIVE_TESTS) <= senders, f"tests that sent no completion: {set(LIVE_TESTS) - senders}"
 
@@ -86,23 +73,18 @@ def test_the_clean_run_from_the_cache_passes_every_live_test(recorded):
 def test_a_server_that_hangs_mid_run_fails_the_layer_within_one_timeout(upstream, tmp_path):
     proxy = FaultProxy(upstream, hang_after=12)
     with proxy as url:
-        started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "--pyargs", "kdgate_suites", "-m", "live", "--endpoint", url,
-             "--snapshot-dir", str(tmp_path / "snapshots"), "--request-timeout", str(HANG_TIMEOUT_S),
-             "-p", "no:cacheprovider", "-p", "no:randomly", "-q", *CHURN],
-            cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        run = live_run(url, tmp_path, "hang", [*CHURN, "--request-timeout", str(HANG_TIMEOUT_S)])
         ended = time.monotonic()
-    output = done.stdout + done.stderr
+    output = (tmp_path / "hang.log").read_text()
     assert proxy.hung_since is not None, "the proxy never held a request: the run sent fewer than 13 POSTs"
     after_hang = ended - proxy.hung_since
     print(f"hang after {proxy.posts_answered} POSTs: layer ended {after_hang:.1f}s after the first held "
-          f"request (request timeout {HANG_TIMEOUT_S}s), whole run {ended - started:.1f}s")
-    assert done.returncode == 1, output[-3000:]
+          f"request (request timeout {HANG_TIMEOUT_S}s), whole run {run['seconds']:.1f}s")
+    assert run["rc"] == 1, output[-3000:]
     assert "the server stopped answering at" in output, output[-3000:]
     assert after_hang <= HANG_TIMEOUT_S + 30, (
         f"the layer took {after_hang:.0f}s after the server hung (bound {HANG_TIMEOUT_S + 30}s; "
-        f"whole run {ended - started:.0f}s)")
+        f"whole run {run['seconds']:.0f}s)")
 
 
 def test_the_token_change_swaps_a_clear_winner_and_rebuilds_the_text():
